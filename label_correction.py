@@ -1,0 +1,120 @@
+"""Self label correction: how each model builds its own target (appendix "Label Correction", "MyLC").
+
+Every method here builds q_tilde = (1 - eps) q + eps p_tilde, a constant target
+(no gradient) whose rows sum to 1, or is a loss of its own (CP, Tf-KD_reg):
+
+one_hot                 -- q, the given (possibly noisy) label; CE is q_tilde = q
+label_smoothing         -- LS (Szegedy et al. 2016): p_tilde = u, fixed eps
+boot_soft               -- Boot-soft (Reed et al. 2015): p_tilde = p, fixed eps
+confidence_penalty_loss -- CP (Pereyra et al. 2017): H(q, p) - beta H(p), a loss
+proselflc               -- ProSelfLC (Wang et al. 2021): eps = s(t/Gamma - transit, b) * l(p)
+model_confidence        -- Eq. 8: r = 1 - sum_i H(p_i) / (n H(u))
+mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
+tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
+
+l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
+the appendix, and we read it as the same (READING-NOTES 4).
+
+What CMD distils for the loss-type methods: CP and Tf-KD_reg have no target of
+the form (1 - eps) q + eps p_tilde, so a model trained with them passes its peer
+the given label q (READING-NOTES 7). Selection still applies: the peer learns q
+only where this model is confident.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from losses import entropy
+from schedule import logistic
+
+
+def one_hot(labels, num_classes):
+    """q: (N,) int64 labels -> (N, K) float32 one-hot rows."""
+    return F.one_hot(labels, num_classes).float()
+
+
+def label_smoothing(q, eps):
+    """LS: q_tilde = (1 - eps) q + eps u, u = 1/K. q: (N, K) -> (N, K)."""
+    return (1 - eps) * q + eps / q.shape[-1]
+
+
+def boot_soft(q, p, eps):
+    """Boot-soft: q_tilde = (1 - eps) q + eps p, p detached. q, p: (N, K) -> (N, K)."""
+    return (1 - eps) * q + eps * p.detach()
+
+
+def confidence_penalty_loss(logits, q, beta):
+    """CP: mean_n [H(q, p) - beta H(p)]. A loss, not a target.
+
+    logits: (N, K) with gradient; q: (N, K) constant target. Gradient flows through
+    both terms, so confident (low-entropy) predictions are penalised.
+    Models trained with CP distil q to their peer (see the module docstring).
+    """
+    logp = F.log_softmax(logits.float(), dim=-1)
+    h = -(logp.exp() * logp).sum(-1)
+    return (-(q.detach() * logp).sum(-1) - beta * h).mean()
+
+
+def _trust(p, h):
+    """l(p) = 1 - H(p)/H(u) as an (N, 1) column, from H(p) if the caller has it."""
+    if h is None:
+        h = entropy(p)
+    return (1 - h / math.log(p.shape[-1]))[:, None]
+
+
+@torch.no_grad()
+def proselflc(q, p, progress, b, transit=0.5, h=None):
+    """ProSelfLC: q_tilde = (1 - eps) q + eps p, eps = s(progress - transit, b) * (1 - H(p)/H(u)).
+
+    q, p: (N, K); p is the model's own prediction on the same batch (no gradient,
+    as in the authors' code). progress = t/Gamma in [0, 1], t fractional.
+    h: optional (N,) precomputed H(p), to avoid computing it twice.
+    Returns q_tilde (N, K), rows summing to 1.
+    """
+    eps = logistic(progress - transit, b) * _trust(p, h)  # (N, 1)
+    return (1 - eps) * q + eps * p
+
+
+@torch.no_grad()
+def model_confidence(p):
+    """Eq. 8: r = 1 - sum_i H(p_i) / (n H(u)) over the n predictions p (n, K). Returns a 0-dim tensor.
+
+    The training loop computes the same r from entropies it accumulates during an
+    epoch, for use in the next epoch (READING-NOTES 4).
+    """
+    return 1 - entropy(p).mean() / math.log(p.shape[-1])
+
+
+@torch.no_grad()
+def mylc(q, p, r, b1, rho=0.5, h=None):
+    """MyLC: q_tilde = (1 - eps) q + eps p, eps = s(r - rho, b1) * (1 - H(p)/H(u)).
+
+    q, p: (N, K); r: the model's confidence (Eq. 8), a float or a 0-dim tensor on
+    p's device (so no host sync); rho = 0.5 as in the paper; b1 the slope.
+    h: optional (N,) precomputed H(p). Returns q_tilde (N, K), rows summing to 1.
+    """
+    eps = logistic(torch.as_tensor(r, device=p.device) - rho, b1) * _trust(p, h)
+    return (1 - eps) * q + eps * p
+
+
+def tfkd_reg_loss(logits, labels, a=0.99, T=20.0, alpha=0.1, multiplier=100.0):
+    """Tf-KD_reg (Yuan et al. 2020), as the authors' public code computes it.
+
+    Teacher: a on the given label, (1 - a)/(K - 1) elsewhere; its target is
+    softmax(teacher / T) of these *probabilities* (nearly uniform for K = 100), and
+    the student's logits are not divided by T (authors' code; the paper's formula
+    differs, see their issues #3, #19, #24).
+    L = (1 - alpha) CE(logits, y) + alpha * multiplier * KL(target || p) / (N K):
+    the code's nn.KLDivLoss() averages over all N*K elements, hence the multiplier.
+    Defaults are the authors' CIFAR-100 ResNet18 setting (T 20, alpha 0.1,
+    multiplier 100); for ShuffleNetV2 they use T 10, alpha 0.95, multiplier 1.
+    logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
+    """
+    k = logits.shape[-1]
+    teacher = torch.full_like(logits, (1 - a) / (k - 1), dtype=torch.float32)
+    teacher.scatter_(1, labels[:, None], a)
+    target = F.softmax(teacher / T, dim=-1)
+    logp = F.log_softmax(logits.float(), dim=-1)
+    kl = F.kl_div(logp, target, reduction="sum") / logp.numel()  # mean over N*K, as nn.KLDivLoss()
+    return (1 - alpha) * F.cross_entropy(logits.float(), labels) + alpha * multiplier * kl

@@ -1,0 +1,177 @@
+"""Knowledge selection and distillation losses (paper §2 Eqs. 1-2, §3.1 Eqs. 3-6).
+
+entropy            -- H(p) = -sum_k p_k ln p_k, the confidence measure of §3.1
+log_probs          -- log p and H(p) from logits, computed once and shared
+cmd_distill        -- Eqs. 3-4 from log-probabilities and entropies already computed
+cmd_loss           -- Eqs. 3-4 from logits: distil only the peer's confident targets
+cmd_objectives     -- Eqs. 5-6: L_A = H(q_A, p_A) + L_B2A and L_B = H(q_B, p_B) + L_A2B
+soft_cross_entropy -- H(q, p) per sample, for soft targets q
+t2s_kd_loss        -- Eq. 1: teacher-to-student KD
+mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowledge, KL form
+kdcl_loss          -- KDCL-MinLogit (Guo et al. 2020), the ensemble-teacher baseline of Table 4
+paper_cmd_loss     -- the appendix's CMDWithLoss, transcribed literally (device-agnostic);
+                      a reference for tests and bench.py, not for training
+
+Targets q are constants: every loss here detaches them, and detaches whatever
+comes from the peer, so a distillation term only ever trains the student side.
+All entropies and log-probabilities are in nats and computed in float32, also
+under bf16/fp16 autocast.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def entropy(p):
+    """H(p) = -sum_k p_k ln p_k per row (natural log).
+
+    p: (N, K) probabilities -> (N,). Exactly 0 for one-hot rows and never NaN
+    at p = 0, because xlogy(0, 0) = 0. Carries gradient if p does.
+    """
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def log_probs(logits):
+    """log p = log_softmax(logits) in float32, and H(p) without gradient.
+
+    logits: (N, K). Returns logp (N, K), carrying gradient, and h (N,), detached.
+    Paper code uses log(p + 1e-6); log_softmax is exact and stable.
+    """
+    logp = F.log_softmax(logits.float(), dim=-1)
+    with torch.no_grad():
+        h = -(logp.exp() * logp).sum(-1)  # (N,); exp underflow to 0 gives 0 * finite = 0
+    return logp, h
+
+
+def soft_cross_entropy(q, logp):
+    """H(q, p) = -sum_k q_k log p_k per row. q: (N, K) constant target; logp: (N, K) -> (N,)."""
+    return -(q.detach() * logp).sum(-1)
+
+
+def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
+    """Eqs. 3-4 from quantities the training step has already computed.
+
+    L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0;  L_A2B = H(q_A, p_B) where H(p_A) < chi, else 0.
+    logp_*: (N, K) log-probabilities; q_*: (N, K) corrected targets; h_*: (N,) entropies;
+    chi: float (or 0-dim tensor). Selection is strict (<), as in the appendix code.
+    Each sum is divided by N, the batch size, not by the number selected (appendix
+    code, READING-NOTES 3). Gradient flows only into logp_a through L_B2A and only
+    into logp_b through L_A2B: q_* and h_* are treated as constants.
+    Returns (loss_b2a, loss_a2b, m_b2a, m_a2b); m_* are the (N,) float 0/1 masks of
+    the samples whose knowledge passed chi, for diagnostics.
+    No host sync: the masks are multiplied in, never used to index.
+    """
+    m_b2a = (h_b.detach() < chi).to(logp_a.dtype)  # (N,): B is confident -> teaches A
+    m_a2b = (h_a.detach() < chi).to(logp_b.dtype)  # (N,): A is confident -> teaches B
+    loss_b2a = (m_b2a * soft_cross_entropy(q_b, logp_a)).mean()
+    loss_a2b = (m_a2b * soft_cross_entropy(q_a, logp_b)).mean()
+    return loss_b2a, loss_a2b, m_b2a, m_a2b
+
+
+def cmd_loss(logits_a, logits_b, q_a, q_b, chi):
+    """Eqs. 3-4. L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0 (and A2B alike).
+
+    logits_*: (N, K). q_*: (N, K) corrected targets, treated as constants.
+    chi: float, from schedule.chi (Eq. 7).
+    Each sum is divided by N, the batch size, as in the paper's appendix code.
+    Returns (loss_b2a, loss_a2b), two scalars; loss_b2a trains only A, loss_a2b only B.
+    No host sync: masks are multiplied in, so it also runs on `meta` tensors.
+    """
+    logp_a, h_a = log_probs(logits_a)
+    logp_b, h_b = log_probs(logits_b)
+    loss_b2a, loss_a2b, _, _ = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
+    return loss_b2a, loss_a2b
+
+
+def cmd_objectives(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
+    """Eqs. 5-6. L_A = L_A,selfKD + L_B2A = H(q_A, p_A) + [H(p_B) < chi] H(q_B, p_A); L_B mirrored.
+
+    Takes the log-probabilities and entropies from log_probs, so nothing is computed
+    twice. Since H(q, p) is linear in q, each objective is one pass over the batch:
+    L_A = mean_n H(q_A + m_b2a * q_B, p_A).
+    Returns (loss_a, loss_b, m_b2a, m_a2b); loss_a carries gradient only into A.
+    """
+    m_b2a = (h_b.detach() < chi).to(logp_a.dtype)[:, None]  # (N, 1)
+    m_a2b = (h_a.detach() < chi).to(logp_b.dtype)[:, None]
+    q_a, q_b = q_a.detach(), q_b.detach()
+    loss_a = soft_cross_entropy(q_a + m_b2a * q_b, logp_a).mean()
+    loss_b = soft_cross_entropy(q_b + m_a2b * q_a, logp_b).mean()
+    return loss_a, loss_b, m_b2a.squeeze(1), m_a2b.squeeze(1)
+
+
+def _kl(logp_teacher, logp_student):
+    """KL(p_t || p_s) summed over classes, per row (N,); the teacher is a constant."""
+    logp_teacher = logp_teacher.detach()
+    return (logp_teacher.exp() * (logp_teacher - logp_student)).sum(-1)
+
+
+def t2s_kd_loss(logits_student, logits_teacher, q, eps):
+    """Eq. 1. L = (1 - eps) H(q, p_s) + eps KL(p_t || p_s).
+
+    logits_*: (N, K); q: (N, K) target (one-hot in the paper). The teacher is detached.
+    KL is summed over classes and averaged over the batch. Returns a scalar.
+    The temperature of Hinton et al. is 1 here, as in Eq. 1.
+    """
+    logp_s = F.log_softmax(logits_student.float(), dim=-1)
+    logp_t = F.log_softmax(logits_teacher.float(), dim=-1)
+    return ((1 - eps) * soft_cross_entropy(q, logp_s) + eps * _kl(logp_t, logp_s)).mean()
+
+
+def mkd_loss(logits_a, logits_b, q, eps):
+    """Eq. 2, Deep Mutual Learning: L_A = (1 - eps) H(q, p_A) + eps KL(p_B || p_A); L_B mirrored.
+
+    The peer's distribution is a constant. KL is summed over classes and averaged
+    over the batch: averaging it over classes too, as some public ports do, makes
+    the mimicry term K times too weak. eps = 0.5 is DML's CE + KL, halved.
+    Returns (loss_a, loss_b); loss_a trains only A.
+    """
+    return t2s_kd_loss(logits_a, logits_b, q, eps), t2s_kd_loss(logits_b, logits_a, q, eps)
+
+
+def kdcl_loss(logits_a, logits_b, labels, T=2.0, lam=1.0):
+    """KDCL (Guo et al. 2020), MinLogit ensemble teacher, for Table 4.
+
+    Each student i minimises CE(z_i, y) + lam * T^2 * KL(p_t || softmax(z_i / T)).
+    MinLogit teacher: z_t[c] = min_i (z_i[c] - z_i[y]), the per-class minimum of the
+    students' logits after each is shifted so its given-label logit is 0;
+    p_t = softmax(z_t / T) is a constant. We use MinLogit because it needs no
+    held-out data (the Linear variant does) and T = 2, lam = 1 as defaults; no public
+    KDCL code was found to compare with (READING-NOTES, KDCL).
+    logits_*: (N, K); labels: (N,) int64. Returns (loss_a, loss_b).
+    """
+    za, zb = logits_a.float(), logits_b.float()
+    with torch.no_grad():
+        y = labels[:, None]
+        z_t = torch.minimum(za - za.gather(1, y), zb - zb.gather(1, y))  # (N, K)
+        logp_t = F.log_softmax(z_t / T, dim=-1)
+    losses = []
+    for z in (za, zb):
+        kl = _kl(logp_t, F.log_softmax(z / T, dim=-1)).mean()
+        losses.append(F.cross_entropy(z, labels) + lam * T * T * kl)
+    return losses[0], losses[1]
+
+
+def paper_cmd_loss(qA, qB, pA, pB, threshold):
+    """The appendix's CMDWithLoss.forward, transcribed literally.
+
+    Only `.cuda()` became `device=hpA.device`, so it runs anywhere. It keeps the
+    paper's log(p + 1e-6), nonzero() indexing and Python sum(), which sync with
+    the host. pA, pB are probabilities (N, K). Used by the tests and bench.py.
+    """
+    hpA = torch.sum(-pA * torch.log(pA + 1e-6), 1)
+    hpB = torch.sum(-pB * torch.log(pB + 1e-6), 1)
+
+    threshold_l = threshold * torch.ones(len(hpA), device=hpA.device)
+
+    indexA = (hpB < threshold_l).nonzero()
+    indexB = (hpA < threshold_l).nonzero()
+
+    lossB2A = torch.sum(qB[indexA].squeeze(1) *
+                        (-torch.log(pA[indexA].squeeze(1) + 1e-6)), 1)
+    lossA2B = torch.sum(qA[indexB].squeeze(1) *
+                        (-torch.log(pB[indexB].squeeze(1) + 1e-6)), 1)
+
+    lossB2A = sum(lossB2A) / len(hpA)
+    lossA2B = sum(lossA2B) / len(hpB)
+
+    return lossB2A, lossA2B
+

@@ -1,0 +1,59 @@
+"""Synthetic label noise (paper §4.1, "Label noise generation").
+
+transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for "sym", "pair", "none"
+add_noise         -- draw each sample's noisy label from its row of T, reproducibly
+
+Symmetric noise changes a label "uniformly to one of the other classes with a
+probability of noise rate r": a flipped label is always a different class, so the
+realised noise rate is r, not r (K - 1)/K as in code that draws from all K
+classes (READING-NOTES 8). Pair-flip noise moves a label to its adjacent class
+c + 1 mod K (Han et al. 2018, Co-teaching).
+"""
+import numpy as np
+
+NOISE_KINDS = ("none", "sym", "pair")
+
+
+def transition_matrix(kind, rate, num_classes):
+    """The K x K noise transition matrix; every row sums to 1.
+
+    sym:  1 - r on the diagonal, r/(K - 1) everywhere else.
+    pair: 1 - r on the diagonal, r at (c, (c + 1) mod K).
+    none, or r = 0: the identity.
+    Raises ValueError for an unknown kind or r outside [0, 1).
+    """
+    if kind not in NOISE_KINDS:
+        raise ValueError(f"unknown noise kind '{kind}'; choose from {', '.join(NOISE_KINDS)}")
+    if not 0 <= rate < 1:
+        raise ValueError(f"noise rate must be in [0, 1), got {rate}")
+    k = num_classes
+    if kind == "none" or rate == 0:
+        return np.eye(k)
+    if k < 2:
+        raise ValueError(f"{kind} noise needs at least 2 classes, got {k}")
+    if kind == "sym":
+        t = np.full((k, k), rate / (k - 1))
+        np.fill_diagonal(t, 1 - rate)
+        return t
+    t = (1 - rate) * np.eye(k)
+    t[np.arange(k), (np.arange(k) + 1) % k] += rate  # += keeps K = 2 right: (c+1) mod 2 is the other class
+    return t
+
+
+def add_noise(labels, kind, rate, num_classes, seed):
+    """Noisy labels: label n is drawn from row labels[n] of transition_matrix(kind, rate, K).
+
+    labels: (N,) integer array-like of clean labels in [0, K). seed: int for
+    numpy.random.default_rng, whose PCG64 stream is the same on every machine.
+    Returns a new (N,) int64 numpy array; the input is never changed.
+    """
+    y = np.array(labels, dtype=np.int64)  # a copy
+    if y.size and (y.min() < 0 or y.max() >= num_classes):
+        raise ValueError(f"labels must lie in [0, {num_classes}), got [{y.min()}, {y.max()}]")
+    t = transition_matrix(kind, rate, num_classes)
+    if kind == "none" or rate == 0:
+        return y
+    u = np.random.default_rng(seed).random(len(y))  # one uniform draw per sample
+    cdf = np.cumsum(t, axis=1)[y]  # (N, K)
+    noisy = (u[:, None] >= cdf).sum(axis=1)  # the first class whose cdf exceeds u
+    return np.minimum(noisy, num_classes - 1).astype(np.int64)  # guard cdf[-1] < 1 by rounding

@@ -1,0 +1,54 @@
+"""The knowledge-selection threshold chi (paper §3.2, Eq. 7).
+
+logistic -- s(x, b) = 1 / (1 + exp(-x*b)), the paper's logistic function
+chi      -- Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b)
+
+These functions are pure: the caller passes t (in epochs, fractional allowed),
+Gamma, eta and b. Python floats in, Python float out, so computing chi inside a
+training step never touches the GPU.
+"""
+import math
+
+import torch
+
+
+def logistic(x, b):
+    """s(x, b) = 1 / (1 + exp(-x*b)), used by Eq. 7, ProSelfLC and MyLC (Eq. 8).
+
+    x: float or tensor. b: float (the slope; b = 0 gives 0.5 everywhere).
+    Floats return a float, computed without overflow for any x*b.
+    Tensors return torch.sigmoid(x*b), which carries gradient if x does.
+    """
+    if isinstance(x, torch.Tensor):
+        return torch.sigmoid(x * b)
+    z = x * b
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)  # exp(-z) would overflow for very negative z
+    return e / (1.0 + e)
+
+
+def chi(t, total, num_classes, eta, b):
+    """Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b), with H(u) = ln K.
+
+    The typeset Eq. 7 lost its 0.5 ("2s(t/Gamma - , b)"); the CMD-S paragraph,
+    2s(t/Gamma - 0.5, 0) = 1, shows the intended form (READING-NOTES 1).
+
+    t:     training progress in epochs; may be fractional (iteration / iters per epoch).
+    total: Gamma, the total number of epochs.
+    eta:   scales the starting point. b: the slope in time.
+      b = 0            -> static chi = ln K / eta at every t (CMD-S)
+      b > 0 / b < 0    -> chi rises / falls with t (CMD-P)
+      0 < eta <= 1     -> chi >= ln K at b = 0: all knowledge (conventional MKD)
+      eta = inf or < 0 -> chi <= 0: zero knowledge (entropies are >= 0)
+      eta = 0          -> undefined; raises ValueError
+    Returns a Python float.
+    """
+    if eta == 0:
+        raise ValueError("eta = 0 makes chi = H(u)/eta undefined; use eta = inf "
+                         "(or any eta < 0) for zero knowledge, 0 < eta <= 1 for all knowledge")
+    if total <= 0:
+        raise ValueError(f"total epochs must be positive, got {total}")
+    if math.isinf(eta):
+        return 0.0  # H(u)/inf; avoids inf*0 when 2s(...) underflows
+    return math.log(num_classes) / eta * 2.0 * logistic(t / total - 0.5, b)

@@ -1,0 +1,339 @@
+"""Property tests for the paper's equations: schedule.py, losses.py, label_correction.py, noise.py."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, model_confidence,
+                              mylc, one_hot, proselflc, tfkd_reg_loss)
+from losses import (cmd_distill, cmd_loss, cmd_objectives, entropy, kdcl_loss, log_probs, mkd_loss,
+                    paper_cmd_loss, soft_cross_entropy, t2s_kd_loss)
+from noise import add_noise, transition_matrix
+from schedule import chi, logistic
+
+K = 10
+
+
+def batch(n=64, k=K, scale=3.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    za = (scale * torch.randn(n, k, generator=g)).requires_grad_()
+    zb = (scale * torch.randn(n, k, generator=g)).requires_grad_()
+    qa = F.softmax(torch.randn(n, k, generator=g), -1)
+    qb = F.softmax(torch.randn(n, k, generator=g), -1)
+    return za, zb, qa, qb
+
+
+# ---- schedule.py: Eq. 7 ----
+
+def test_logistic_values_and_no_overflow():
+    assert logistic(0.0, 5.0) == 0.5 and logistic(3.0, 0.0) == 0.5
+    assert logistic(1.0, 2.0) == pytest.approx(1 / (1 + math.exp(-2)))
+    assert logistic(-0.5, 5000.0) == 0.0 and logistic(0.5, 5000.0) == 1.0
+    x = torch.tensor([-1.0, 0.0, 2.0])
+    assert torch.allclose(logistic(x, 1.5), 1 / (1 + torch.exp(-1.5 * x)))
+
+
+@pytest.mark.parametrize("eta", [0.5, 1.0, 2.0, 4.0])
+def test_chi_static_when_b_is_zero(eta):
+    for t in [0, 0.3, 17.5, 50, 100]:
+        assert chi(t, 100, K, eta, 0.0) == pytest.approx(math.log(K) / eta, rel=1e-12)
+
+
+def test_chi_midpoint_is_static_value_for_any_b():
+    # 2 s(0, b) = 1: the 0.5 restored in Eq. 7 puts the static value at t = Gamma/2.
+    for b in [-10, -1, 3, 12]:
+        assert chi(50, 100, 100, 2.0, b) == pytest.approx(math.log(100) / 2)
+
+
+@pytest.mark.parametrize("b,sign", [(4.0, 1), (-4.0, -1)])
+def test_chi_monotone_in_t(b, sign):
+    ts = np.linspace(0, 100, 201)  # fractional epochs
+    values = np.array([chi(t, 100, 100, 2.0, b) for t in ts])
+    assert np.all(sign * np.diff(values) > 0)
+    assert values[0] == pytest.approx(math.log(100) / 2 * 2 * logistic(-0.5, b))
+
+
+def test_chi_special_cases():
+    assert chi(10, 100, K, math.inf, 3.0) == 0.0
+    assert chi(10, 100, K, math.inf, 0.0) == 0.0
+    assert chi(10, 100, K, -2.0, 0.0) < 0 and chi(90, 100, K, -0.5, 5.0) < 0
+    for eta in [0.25, 0.5, 1.0]:
+        assert chi(3, 100, K, eta, 0.0) >= math.log(K)
+    with pytest.raises(ValueError, match="eta = 0"):
+        chi(0, 100, K, 0, 0.0)
+
+
+# ---- losses.py: entropy, Eqs. 3-6 ----
+
+def test_entropy():
+    p = torch.tensor([[1.0, 0, 0, 0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0, 0]])
+    h = entropy(p)
+    assert h[0].item() == 0.0 and not torch.isnan(h).any()
+    assert torch.allclose(h[1:], torch.tensor([math.log(4), math.log(2)]))
+    logits = torch.randn(8, K)
+    assert torch.allclose(log_probs(logits)[1], entropy(F.softmax(logits, -1)), atol=1e-6)
+    assert log_probs(torch.tensor([[200.0, -200.0, 0.0]]))[1].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_cmd_loss_matches_paper_appendix_code():
+    for seed in range(5):
+        za, zb, qa, qb = batch(n=128, seed=seed, scale=2.0)
+        pa, pb = F.softmax(za, -1), F.softmax(zb, -1)
+        h_sorted = torch.cat([entropy(pa), entropy(pb)]).detach().sort().values
+        i = 60 + 30 * seed  # thresholds between two entropies, from a quarter to most of the batch
+        threshold = ((h_sorted[i] + h_sorted[i + 1]) / 2).item()
+        # The paper's log(p + 1e-6) moves H by at most K * 1e-6; keep rows clear of the threshold.
+        assert (torch.cat([entropy(pa), entropy(pb)]) - threshold).abs().min() > K * 1e-6
+        ref_b2a, ref_a2b = paper_cmd_loss(qa, qb, pa.detach(), pb.detach(), threshold)
+        b2a, a2b = cmd_loss(za, zb, qa, qb, threshold)
+        # Reference CE uses -log(p + 1e-6): bound its difference from -log p per term.
+        tol_b2a = (qb * torch.log1p(1e-6 / pa)).sum(-1).mean().item() + 1e-6
+        tol_a2b = (qa * torch.log1p(1e-6 / pb)).sum(-1).mean().item() + 1e-6
+        assert abs(b2a.item() - float(ref_b2a)) <= tol_b2a
+        assert abs(a2b.item() - float(ref_a2b)) <= tol_a2b
+        assert 0 < b2a.item() and 0 < a2b.item()
+
+
+def test_cmd_loss_divides_by_batch_size_not_selected_count():
+    za, zb, qa, qb = batch()
+    h_b = log_probs(zb)[1]
+    threshold = h_b.sort().values[10].item()  # exactly 10 samples of B are confident
+    b2a, _ = cmd_loss(za, zb, qa, qb, threshold)
+    logp_a = F.log_softmax(za, -1)
+    sel = h_b < threshold
+    assert sel.sum() == 10
+    expected = -(qb[sel] * logp_a[sel]).sum() / len(za)
+    assert torch.allclose(b2a, expected)
+
+
+@pytest.mark.parametrize("eta", [0.25, 0.5, 1.0])
+def test_all_knowledge_equals_plain_cross_entropy_to_peer_targets(eta):
+    za, zb, qa, qb = batch()
+    threshold = chi(7, 100, K, eta, 0.0)
+    b2a, a2b = cmd_loss(za, zb, qa, qb, threshold)
+    assert torch.allclose(b2a, F.cross_entropy(za, qb))  # soft-target CE, batch mean
+    assert torch.allclose(a2b, F.cross_entropy(zb, qa))
+
+
+@pytest.mark.parametrize("eta", [math.inf, -1.0, -0.1])
+@pytest.mark.parametrize("b", [0.0, 5.0, -5.0])
+def test_zero_knowledge_gives_exactly_zero_loss_and_gradient(eta, b):
+    za, zb, qa, qb = batch()
+    qa = one_hot(torch.randint(0, K, (64,)), K)  # even exact one-hot targets
+    b2a, a2b = cmd_loss(za, zb, qa, qb, chi(30, 100, K, eta, b))
+    assert b2a.item() == 0.0 and a2b.item() == 0.0
+    (b2a + a2b).backward()
+    assert torch.count_nonzero(za.grad) == 0 and torch.count_nonzero(zb.grad) == 0
+
+
+def test_no_gradient_reaches_the_peer():
+    za, zb, qa, qb = batch()
+    qa = qa.clone().requires_grad_()
+    qb = qb.clone().requires_grad_()
+    b2a, a2b = cmd_loss(za, zb, qa, qb, 2.0)
+    assert b2a.item() > 0
+    b2a.backward()
+    assert za.grad.abs().sum() > 0
+    assert zb.grad is None and qa.grad is None and qb.grad is None
+    za.grad = None
+    a2b.backward()
+    assert zb.grad.abs().sum() > 0 and za.grad is None and qa.grad is None
+
+
+def test_selection_is_strict_and_reads_the_peer_entropy():
+    # A's entropy is ln K (uniform); B is one-hot confident on the first row only.
+    za = torch.zeros(2, K)
+    zb = torch.tensor([[50.0] + [0.0] * (K - 1), [0.0] * K])
+    q = one_hot(torch.tensor([1, 2]), K)
+    h_uniform = log_probs(za)[1][0].item()  # ln K as float32 computes it
+    assert h_uniform == pytest.approx(math.log(K))
+    b2a, a2b = cmd_loss(za, zb, q, q, h_uniform)
+    assert b2a.item() == pytest.approx(math.log(K) / 2)  # row 0 only: H(q, u) = ln K, divided by N = 2
+    assert a2b.item() == 0.0  # H(p_A) = chi is not < chi
+
+
+def test_cmd_loss_runs_on_meta_tensors():
+    za, zb, qa, qb = (torch.empty(32, 100, device="meta") for _ in range(4))
+    b2a, a2b = cmd_loss(za.requires_grad_(), zb.requires_grad_(), qa, qb, 1.3)
+    assert b2a.device.type == "meta" and b2a.shape == () and a2b.shape == ()
+    logp, h = log_probs(za)
+    la, lb, ma, mb = cmd_objectives(logp, logp, qa, qb, h, h, 1.3)
+    assert la.device.type == "meta" and ma.shape == (32,)
+
+
+def test_cmd_objectives_is_self_kd_plus_distillation():
+    za, zb, qa, qb = batch()
+    logp_a, h_a = log_probs(za)
+    logp_b, h_b = log_probs(zb)
+    threshold = h_a.median().item()
+    loss_a, loss_b, m_b2a, m_a2b = cmd_objectives(logp_a, logp_b, qa, qb, h_a, h_b, threshold)
+    b2a, a2b, m1, m2 = cmd_distill(logp_a, logp_b, qa, qb, h_a, h_b, threshold)
+    assert torch.allclose(loss_a, F.cross_entropy(za, qa) + b2a)
+    assert torch.allclose(loss_b, F.cross_entropy(zb, qb) + a2b)
+    assert torch.equal(m_b2a, m1) and torch.equal(m_a2b, m2) and torch.equal(m_b2a, (h_b < threshold).float())
+    assert 0 < m_a2b.mean() < 1
+    loss_a.backward()
+    assert zb.grad is None
+
+
+def test_mkd_loss_is_ce_plus_class_summed_kl_with_detached_peer():
+    za, zb, _, q = batch()
+    eps = 0.3
+    la, lb = mkd_loss(za, zb, q, eps)
+    pa, pb = F.softmax(za, -1), F.softmax(zb, -1)
+    kl_ba = F.kl_div(F.log_softmax(za, -1), pb, reduction="batchmean")
+    assert torch.allclose(la, (1 - eps) * F.cross_entropy(za, q) + eps * kl_ba)
+    kl_ab = (pa * (pa.log() - pb.log())).sum(-1).mean()
+    assert torch.allclose(lb, (1 - eps) * F.cross_entropy(zb, q) + eps * kl_ab, atol=1e-6)
+    la.backward()
+    assert zb.grad is None
+    # Eq. 1 with the teacher equal to the student: KL = 0, only CE remains.
+    assert torch.allclose(t2s_kd_loss(za, za, q, 0.7), 0.3 * F.cross_entropy(za, q))
+
+
+def test_kdcl_minlogit_teacher():
+    za, zb, _, _ = batch()
+    y = torch.randint(0, K, (64,))
+    T = 2.0
+    la, lb = kdcl_loss(za, zb, y, T=T, lam=1.0)
+    # Slow reference: per sample, per class minimum over the two students.
+    zt = torch.empty(64, K)
+    for n in range(64):
+        for c in range(K):
+            zt[n, c] = min(za[n, c] - za[n, y[n]], zb[n, c] - zb[n, y[n]])
+    pt = F.softmax(zt / T, -1)
+    for z, loss in [(za, la), (zb, lb)]:
+        kl = F.kl_div(F.log_softmax(z / T, -1), pt, reduction="batchmean")
+        assert torch.allclose(loss, F.cross_entropy(z, y) + T * T * kl, atol=1e-6)
+    # The MinLogit teacher's given-label logit is 0 and no other logit exceeds either student's margin.
+    assert torch.all(zt.gather(1, y[:, None]) == 0)
+    la.backward()
+    assert zb.grad is None
+
+
+# ---- label_correction.py ----
+
+def test_targets_at_eps_zero_are_the_label():
+    q = one_hot(torch.randint(0, K, (16,)), K)
+    p = F.softmax(torch.randn(16, K), -1)
+    assert torch.equal(label_smoothing(q, 0.0), q)
+    assert torch.equal(boot_soft(q, p, 0.0), q)
+    assert torch.allclose(proselflc(q, p, 0.3, 0.0, transit=0.3) * 0 + proselflc(q, p, 0.0, 1e4), q)  # g -> 0
+    assert torch.allclose(mylc(q, p, 0.0, 1e4), q)  # r far below rho: g -> 0
+
+
+def test_label_smoothing_and_boot_soft_formulas():
+    q = one_hot(torch.tensor([2, 0]), 4)
+    assert torch.allclose(label_smoothing(q, 0.4)[0], torch.tensor([0.1, 0.1, 0.7, 0.1]))
+    p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]], requires_grad=True)
+    qt = boot_soft(q, p, 0.5)
+    assert torch.allclose(qt[0], torch.tensor([0.05, 0.1, 0.65, 0.2])) and not qt.requires_grad
+
+
+@pytest.mark.parametrize("fn", ["proselflc", "mylc"])
+def test_adaptive_eps_trusts_confident_not_uniform_predictions(fn):
+    q = one_hot(torch.tensor([0, 0]), K)
+    confident = torch.zeros(K)
+    confident[3] = 1.0
+    p = torch.stack([confident, torch.full((K,), 1 / K)])
+    qt = proselflc(q, p, 1.0, 1e4) if fn == "proselflc" else mylc(q, p, 1.0, 1e4)  # g(.) = 1
+    assert torch.allclose(qt[0], confident, atol=1e-6)  # l(p) = 1: the target becomes the prediction
+    assert torch.allclose(qt[1], q[1], atol=1e-6)  # l(u) = 0: the label is kept
+    assert torch.allclose(qt.sum(-1), torch.ones(2))
+
+
+def test_proselflc_eps_formula():
+    q = one_hot(torch.tensor([1]), K)
+    p = F.softmax(torch.randn(1, K), -1)
+    progress, b, transit = 0.8, 6.0, 0.3
+    eps = (1 / (1 + math.exp(-(progress - transit) * b))) * (1 - entropy(p).item() / math.log(K))
+    expected = (1 - eps) * q + eps * p
+    assert torch.allclose(proselflc(q, p, progress, b, transit), expected, atol=1e-6)
+    assert torch.allclose(proselflc(q, p, progress, b, transit, h=entropy(p)), expected, atol=1e-6)
+
+
+def test_mylc_eps_formula_and_model_confidence():
+    p = F.softmax(2 * torch.randn(32, K), -1)
+    r = model_confidence(p)
+    assert torch.allclose(r, 1 - entropy(p).sum() / (32 * math.log(K)))
+    assert model_confidence(torch.full((4, K), 1 / K)).item() == pytest.approx(0.0, abs=1e-6)
+    assert model_confidence(one_hot(torch.arange(4), K)).item() == 1.0
+    q = one_hot(torch.randint(0, K, (32,)), K)
+    g = 1 / (1 + math.exp(-(r.item() - 0.5) * 10))
+    eps = g * (1 - entropy(p) / math.log(K))[:, None]
+    assert torch.allclose(mylc(q, p, r, 10.0), (1 - eps) * q + eps * p, atol=1e-6)
+    assert torch.allclose(mylc(q, p, r.item(), 10.0, h=entropy(p)), (1 - eps) * q + eps * p, atol=1e-6)
+
+
+def test_confidence_penalty_loss():
+    z = torch.randn(8, K, requires_grad=True)
+    q = one_hot(torch.randint(0, K, (8,)), K)
+    beta = 0.3
+    expected = F.cross_entropy(z, q) - beta * entropy(F.softmax(z, -1)).mean()
+    assert torch.allclose(confidence_penalty_loss(z, q, beta), expected)
+    assert torch.allclose(confidence_penalty_loss(z, q, 0.0), F.cross_entropy(z, q))
+
+
+@pytest.mark.filterwarnings("ignore:reduction")  # nn.KLDivLoss()'s 'mean', kept as the authors wrote it
+def test_tfkd_reg_matches_the_authors_loop():
+    z = torch.randn(6, K)
+    y = torch.randint(0, K, (6,))
+    a, T, alpha, mult = 0.99, 20.0, 0.1, 100.0
+    teacher = torch.ones(6, K) * (1 - a) / (K - 1)
+    for i in range(6):
+        teacher[i, y[i]] = a
+    kl = torch.nn.KLDivLoss()(F.log_softmax(z, dim=1), F.softmax(teacher / T, dim=1)) * mult
+    expected = (1 - alpha) * F.cross_entropy(z, y) + alpha * kl
+    assert torch.allclose(tfkd_reg_loss(z, y, a, T, alpha, mult), expected)
+
+
+# ---- noise.py ----
+
+def test_transition_matrices():
+    for kind in ["sym", "pair"]:
+        t = transition_matrix(kind, 0.4, K)
+        assert np.allclose(t.sum(1), 1) and np.allclose(np.diag(t), 0.6)
+    sym = transition_matrix("sym", 0.4, K)
+    off = sym[~np.eye(K, dtype=bool)]
+    assert np.allclose(off, 0.4 / (K - 1))
+    pair = transition_matrix("pair", 0.2, K)
+    for c in range(K):
+        assert pair[c, (c + 1) % K] == pytest.approx(0.2)
+        assert np.count_nonzero(pair[c]) == 2
+    assert np.array_equal(transition_matrix("none", 0.4, K), np.eye(K))
+    assert np.array_equal(transition_matrix("sym", 0.0, K), np.eye(K))
+    for bad in [-0.1, 1.0, 1.5]:
+        with pytest.raises(ValueError, match=r"\[0, 1\)"):
+            transition_matrix("sym", bad, K)
+    with pytest.raises(ValueError, match="unknown noise"):
+        transition_matrix("asym", 0.2, K)
+
+
+@pytest.mark.parametrize("kind,rate", [("sym", 0.2), ("sym", 0.6), ("pair", 0.4)])
+def test_add_noise_rate_structure_and_determinism(kind, rate):
+    n, k = 20000, 100
+    clean = np.random.default_rng(1).integers(0, k, n)
+    before = clean.copy()
+    noisy = add_noise(clean, kind, rate, k, seed=7)
+    assert np.array_equal(clean, before) and noisy is not clean and noisy.dtype == np.int64
+    flipped = noisy != clean
+    tol = 4 * math.sqrt(rate * (1 - rate) / n)  # four binomial standard deviations
+    assert abs(flipped.mean() - rate) < tol
+    if kind == "pair":
+        assert np.array_equal(noisy[flipped], (clean[flipped] + 1) % k)
+    else:  # flips spread over the other classes: each destination gets about r/(K-1)
+        counts = np.bincount((noisy[flipped] - clean[flipped]) % k, minlength=k)
+        assert counts[0] == 0 and counts[1:].min() > 0.5 * counts[1:].mean()
+    assert np.array_equal(add_noise(clean, kind, rate, k, seed=7), noisy)
+    assert not np.array_equal(add_noise(clean, kind, rate, k, seed=8), noisy)
+
+
+def test_add_noise_fixed_seed_is_machine_independent():
+    # PCG64 with a fixed seed is specified bit-for-bit, so these labels are the same everywhere.
+    noisy = add_noise(np.zeros(12, dtype=np.int64), "sym", 0.5, 4, seed=0)
+    u = np.random.default_rng(0).random(12)
+    expected = np.where(u < 0.5, 0, np.where(u < 0.5 + 0.5 / 3, 1, np.where(u < 0.5 + 1 / 3, 2, 3)))
+    assert np.array_equal(noisy, expected)
+    assert np.array_equal(add_noise([3, 1], "none", 0.4, 4, seed=0), [3, 1])
