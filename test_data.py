@@ -1,0 +1,422 @@
+"""Tests for data.py: each loader reads a tiny fake copy of its real on-disk format,
+built in tmp_path, through load_dataset (the code users run); augment_batch agrees
+with a per-image Python loop."""
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+import data
+from data import DataError, FileImages, TensorImages, load_dataset
+
+
+def save_image(path, size=(20, 16), colour=(200, 30, 90), mode="RGB"):
+    """A uniform image, so its colour survives resizing and cropping."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    c = {"L": colour[0], "RGBA": (*colour, 128)}.get(mode, colour)
+    Image.new(mode, size, c).save(path)
+
+
+def one_line(err):
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+# ------------------------------------------------------------------ CIFAR-100
+
+def write_cifar(root, n_train=20, n_test=10, seed=0):
+    rng = np.random.default_rng(seed)
+    folder = root / "cifar-100-python"
+    folder.mkdir()
+    sets = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        x = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        y = [int(v) for v in rng.integers(0, 100, n)]
+        entry = {"data": x, "fine_labels": y, "coarse_labels": [v // 5 for v in y],
+                 "filenames": [f"img_{i}.png" for i in range(n)], "batch_label": f"{split} batch"}
+        (folder / split).write_bytes(pickle.dumps(entry))
+        sets[split] = (x, y)
+    meta = {"fine_label_names": [f"c{i}" for i in range(100)],
+            "coarse_label_names": [f"s{i}" for i in range(20)]}
+    (folder / "meta").write_bytes(pickle.dumps(meta))
+    return sets
+
+
+def test_cifar100_reads_official_pickle_layout(tmp_path):
+    sets = write_cifar(tmp_path)
+    d = load_dataset("cifar100", tmp_path, download=False)
+    assert d.num_classes == 100 and set(d.tests) == {"test"}
+    for got, (x, y) in ((d.train, sets["train"]), (d.tests["test"], sets["test"])):
+        assert got.images.dtype == torch.uint8 and got.images.shape == (len(y), 3, 32, 32)
+        assert got.images.is_contiguous()
+        assert got.labels.dtype == np.int64 and got.labels.tolist() == y
+        # The 3072 vector is the R plane, then G, then B, each 32x32 row-major.
+        n, c, r, col = 3, 2, 5, 17
+        assert got.images[n, c, r, col].item() == x[n, c * 1024 + r * 32 + col]
+        assert np.array_equal(got.images[:, 1].numpy(), x[:, 1024:2048].reshape(-1, 32, 32))
+
+
+def test_cifar100_missing_folder(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar100", tmp_path, download=False)
+    assert str(tmp_path / "cifar-100-python") in one_line(err)
+
+
+def test_cifar100_failed_download_says_where_to_put_files(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):  # stands in for the network only, not for our loader
+        raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+    monkeypatch.setattr(data.torchvision.datasets, "CIFAR100", offline)
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar100", tmp_path, download=True)
+    msg = one_line(err)
+    assert "download failed" in msg and str(tmp_path) in msg and "cifar-100-python.tar.gz" in msg
+
+
+@pytest.mark.parametrize("content", [b"not a pickle", pickle.dumps({"data": np.zeros((4, 100), np.uint8),
+                                                                     "fine_labels": [0] * 4}),
+                                     pickle.dumps({"data": np.zeros((4, 3072), np.uint8)})])
+def test_cifar100_malformed_pickle(tmp_path, content):
+    write_cifar(tmp_path)
+    (tmp_path / "cifar-100-python" / "train").write_bytes(content)
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar100", tmp_path, download=False)
+    assert str(tmp_path / "cifar-100-python" / "train") in one_line(err)
+
+
+# ------------------------------------------------------------------- Food-101
+
+def test_food101_layout_labels_and_transforms(tmp_path):
+    root = tmp_path / "food-101"
+    classes = ["apple_pie", "baby_back_ribs", "waffles"]
+    # json key order differs from sorted order: the class index must still be sorted.
+    train = {"waffles": ["waffles/3", "waffles/4"], "apple_pie": ["apple_pie/1"],
+             "baby_back_ribs": ["baby_back_ribs/2"]}
+    test = {c: [f"{c}/{10 + i}"] for i, c in enumerate(classes)}
+    for i, rel in enumerate(sum([*train.values(), *test.values()], [])):
+        save_image(str(root / "images" / f"{rel}.jpg"), size=(30 + 7 * i, 40 - 3 * i))
+    (root / "meta").mkdir()
+    (root / "meta" / "train.json").write_text(json.dumps(train))
+    (root / "meta" / "test.json").write_text(json.dumps(test))
+    (root / "meta" / "classes.txt").write_text("\n".join(classes) + "\n")
+
+    d = load_dataset("food101", tmp_path, download=False)
+    assert d.num_classes == 3 and d.mean == data.IMAGENET_MEAN
+    assert isinstance(d.train, FileImages) and d.train.size == 224 and d.train.kind == "food101"
+    got = dict(zip(d.train.paths, d.train.labels.tolist()))
+    assert got == {str(root / "images" / "waffles" / "3.jpg"): 2, str(root / "images" / "waffles" / "4.jpg"): 2,
+                   str(root / "images" / "apple_pie" / "1.jpg"): 0,
+                   str(root / "images" / "baby_back_ribs" / "2.jpg"): 1}
+    assert d.tests["test"].labels.tolist() == [0, 1, 2]
+
+    for train_mode in (True, False):
+        ds = data.IndexedFiles(d.train, data.file_transforms("food101", 224, train_mode, d.mean, d.std))
+        x, i = ds[1]
+        assert len(ds) == 4 and i == 1 and x.shape == (3, 224, 224) and x.dtype == torch.float32
+        # uniform image of colour (200, 30, 90): every pixel normalises to the same value
+        want = (torch.tensor([200, 30, 90]) / 255 - torch.tensor(d.mean)) / torch.tensor(d.std)
+        assert torch.allclose(x.mean((1, 2)), want, atol=0.05)
+
+
+def test_food101_missing_without_download(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_dataset("food101", tmp_path, download=False)
+    assert str(tmp_path / "food-101") in one_line(err)
+
+
+def test_indexed_files_names_a_corrupt_image(tmp_path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 truncated")
+    files = FileImages([str(bad)], np.zeros(1, np.int64), 32, "folder")
+    ds = data.IndexedFiles(files, data.file_transforms("folder", 32, True, data.IMAGENET_MEAN, data.IMAGENET_STD))
+    with pytest.raises(DataError) as err:
+        ds[0]
+    assert str(bad) in one_line(err)
+
+
+# ------------------------------------------------------------- mini-WebVision
+
+def write_webvision(root, with_imagenet=True):
+    wnids = [f"n{i:08d}" for i in range(60)]
+    (root / "info").mkdir()
+    (root / "info" / "synsets.txt").write_text("".join(f"{w} class {i}, thing\n" for i, w in enumerate(wnids)))
+    train = [("google/q0001/00000001.jpg", 0), ("google/q0001/00000002.jpg", 0), ("google/q0050/00000001.jpg", 49),
+             ("google/q0051/00000001.jpg", 50), ("google/q0100/00000001.jpg", 99), ("google/q0002/00000001.jpg", 1)]
+    val = [("val000001.jpg", 0), ("val000002.jpg", 77), ("val000003.jpg", 49)]
+    (root / "info" / "train_filelist_google.txt").write_text("".join(f"{p} {y}\n" for p, y in train))
+    (root / "info" / "val_filelist.txt").write_text("".join(f"{p} {y}\n" for p, y in val))
+    for p, _ in train:
+        save_image(str(root / p))
+    for p, _ in val:
+        save_image(str(root / "val_images_256" / p))
+    if with_imagenet:  # class folders for classes 3 and 7 only, plus one outside the 50
+        for wnid, n in ((wnids[3], 2), (wnids[7], 1), (wnids[55], 1)):
+            for j in range(n):
+                save_image(str(root / "imagenet" / "val" / wnid / f"ILSVRC2012_val_{j:08d}.JPEG"))
+    return wnids
+
+
+def test_webvision_mini_setting(tmp_path):
+    write_webvision(tmp_path)
+    with pytest.warns(UserWarning, match="lacks 48 of the 50"):
+        d = load_dataset("webvision", tmp_path)
+    assert d.num_classes == 50 and set(d.tests) == {"webvision_val", "ilsvrc12_val"}
+    assert d.train.size == 299 and d.train.kind == "webvision"
+    assert d.train.labels.tolist() == [0, 0, 49, 1]  # labels 50 and 99 dropped
+    assert d.train.paths[2] == os.path.join(str(tmp_path), "google/q0050/00000001.jpg")
+    wv = d.tests["webvision_val"]
+    assert wv.labels.tolist() == [0, 49] and wv.paths[1] == str(tmp_path / "val_images_256" / "val000003.jpg")
+    il = d.tests["ilsvrc12_val"]
+    assert il.labels.tolist() == [3, 3, 7]  # the wnid's line in synsets.txt
+    assert all(f"{os.sep}n00000003{os.sep}" in p for p in il.paths[:2])
+    x, i = data.IndexedFiles(il, data.file_transforms("webvision", 64, False, d.mean, d.std))[2]
+    assert x.shape == (3, 64, 64) and i == 2
+
+
+def test_webvision_without_imagenet_warns(tmp_path):
+    write_webvision(tmp_path, with_imagenet=False)
+    with pytest.warns(UserWarning, match="ILSVRC12 val not found"):
+        d = load_dataset("webvision", tmp_path, image_size=64)
+    assert set(d.tests) == {"webvision_val"} and d.train.size == 64
+
+
+def test_webvision_missing_info_points_to_download_page(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_dataset("webvision", tmp_path)
+    msg = one_line(err)
+    assert str(tmp_path / "info") in msg and data.WEBVISION_URL in msg
+
+
+# -------------------------------------------------------------- image folder
+
+def write_folder(root, sizes=((20, 20), (24, 18), (16, 16)), classes=("cat", "dog"), test_classes=None):
+    """Class i has colour COLOURS[i]; images are grayscale, RGBA and RGB."""
+    for split, names in (("train", classes), ("test", test_classes or classes)):
+        for i, name in enumerate(names):
+            for j, (size, mode) in enumerate(zip(sizes, ("L", "RGBA", "RGB"))):
+                save_image(str(root / split / name / f"{j}.png"), size, COLOURS[i], mode)
+
+
+COLOURS = [(10, 20, 30), (240, 120, 60)]
+
+
+def test_folder_small_images_live_in_memory_as_rgb(tmp_path):
+    write_folder(tmp_path)
+    d = load_dataset("folder", tmp_path, image_size=16)
+    assert isinstance(d.train, TensorImages) and d.train.images.shape == (6, 3, 16, 16)
+    assert d.num_classes == 2 and d.train.labels.tolist() == [0, 0, 0, 1, 1, 1]
+    x = d.tests["test"].images
+    assert x.dtype == torch.uint8 and x.shape == (6, 3, 16, 16)
+    gray = COLOURS[1][0]  # the grayscale image repeats its one value in R, G and B
+    assert (x[3] == gray).all()
+    for j in (4, 5):  # RGBA loses its alpha, RGB is kept
+        assert torch.equal(x[j, :, 7, 7], torch.tensor(COLOURS[1], dtype=torch.uint8))
+
+
+def test_folder_one_small_size_needs_no_image_size(tmp_path):
+    write_folder(tmp_path, sizes=((12, 10),) * 3)
+    d = load_dataset("folder", tmp_path)
+    assert d.train.images.shape == (6, 3, 10, 12)
+
+
+def test_folder_sizes_differ_without_image_size(tmp_path):
+    write_folder(tmp_path)
+    with pytest.raises(DataError, match="differ in size.*--image-size"):
+        load_dataset("folder", tmp_path)
+
+
+def test_folder_mismatched_classes(tmp_path):
+    write_folder(tmp_path, test_classes=("cat", "cow"))
+    with pytest.raises(DataError) as err:
+        load_dataset("folder", tmp_path, image_size=16)
+    assert str(tmp_path / "test") in one_line(err)
+
+
+def test_folder_missing_split(tmp_path):
+    save_image(str(tmp_path / "train" / "cat" / "0.png"))
+    with pytest.raises(DataError) as err:
+        load_dataset("folder", tmp_path, image_size=16)
+    assert str(tmp_path / "test") in one_line(err)
+
+
+def test_folder_large_images_are_read_from_disk(tmp_path):
+    write_folder(tmp_path)
+    d = load_dataset("folder", tmp_path, image_size=96)
+    assert isinstance(d.train, FileImages) and d.train.size == 96 and d.train.kind == "folder"
+    assert len(d.tests["test"].paths) == 6
+    x, _ = data.IndexedFiles(d.train, data.file_transforms("folder", 96, True, d.mean, d.std))[1]
+    assert x.shape == (3, 96, 96)
+
+
+# ------------------------------------------------------------------ synthetic
+
+def nearest_class_mean_accuracy(d):
+    a = data.normalize(d.train.images, d.mean, d.std).flatten(1)
+    b = data.normalize(d.tests["test"].images, d.mean, d.std).flatten(1)
+    y = torch.from_numpy(d.train.labels)
+    means = torch.stack([a[y == c].mean(0) for c in range(d.num_classes)])
+    pred = torch.cdist(b, means).argmin(1).numpy()
+    return (pred == d.tests["test"].labels).mean()
+
+
+def test_synthetic_is_deterministic_and_balanced():
+    d1, d2 = load_dataset("synthetic", None, seed=3), load_dataset("synthetic", None, seed=3)
+    other = load_dataset("synthetic", None, seed=4)
+    assert torch.equal(d1.train.images, d2.train.images) and np.array_equal(d1.train.labels, d2.train.labels)
+    assert torch.equal(d1.tests["test"].images, d2.tests["test"].images)
+    assert not torch.equal(d1.train.images, other.train.images)
+    assert not torch.equal(d1.train.images[:1000], d1.tests["test"].images)
+    assert d1.train.images.shape == (2000, 3, 32, 32) and d1.train.images.dtype == torch.uint8
+    assert d1.tests["test"].images.shape == (1000, 3, 32, 32)
+    assert np.bincount(d1.train.labels).tolist() == [200] * 10 and d1.train.labels.dtype == np.int64
+    # SYNTHETIC_MEAN/STD describe what the generator makes
+    x = d1.train.images.float() / 255
+    assert np.allclose(x.mean((0, 2, 3)), d1.mean, atol=0.02) and np.allclose(x.std((0, 2, 3)), d1.std, atol=0.02)
+
+
+def test_synthetic_cifar100_sized():
+    d = load_dataset("synthetic", None, synthetic_size=50000, synthetic_classes=100, synthetic_test_size=10000)
+    assert d.train.images.shape == (50000, 3, 32, 32) and d.tests["test"].images.shape == (10000, 3, 32, 32)
+    assert d.num_classes == 100 and np.bincount(d.train.labels, minlength=100).min() == 500
+
+
+def test_synthetic_is_learnable_but_not_trivial():
+    accs = [nearest_class_mean_accuracy(load_dataset("synthetic", None, synthetic_difficulty=diff))
+            for diff in (0.5, 2.0, 4.0)]
+    assert 0.3 < accs[1] < 0.9  # default: chance is 0.1
+    assert accs[0] > accs[1] + 0.05 and accs[1] > accs[2] + 0.05  # difficulty works
+
+
+def test_synthetic_bad_sizes():
+    with pytest.raises(DataError):
+        load_dataset("synthetic", None, synthetic_size=5, synthetic_classes=10)
+
+
+# ------------------------------------------------------------- augmentation
+
+def augment_loop(images, offsets, flips, pad=4):
+    """The per-image reference: pad, slice, maybe flip."""
+    out = []
+    h, w = images.shape[2:]
+    for img, (dy, dx), flip in zip(images, offsets.tolist(), flips.tolist()):
+        crop = F.pad(img, (pad,) * 4)[:, dy:dy + h, dx:dx + w]
+        out.append(torch.flip(crop, dims=[2]) if flip else crop)
+    return torch.stack(out)
+
+
+def test_augment_batch_equals_per_image_loop():
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (64, 3, 8, 12), dtype=torch.uint8, generator=g)  # H != W
+    offsets = torch.randint(0, 9, (64, 2), generator=g)
+    flips = torch.rand(64, generator=g) < 0.5
+    out = data.augment_batch(images, offsets=offsets, flips=flips)
+    assert out.dtype == torch.uint8 and out.shape == images.shape
+    assert torch.equal(out, augment_loop(images, offsets, flips))
+
+
+def test_augment_batch_random_draws():
+    # A 9x9 image whose pixels encode their position: pixel (4, 4) of a crop is
+    # source pixel (dy, dx) with or without a flip, so the draws can be read back.
+    n = 8100
+    src = (1 + torch.arange(81)).view(1, 1, 9, 9).expand(n, 3, 9, 9).to(torch.uint8)
+    out = data.augment_batch(src, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(out, data.augment_batch(src, generator=torch.Generator().manual_seed(1)))
+    assert not torch.equal(out, data.augment_batch(src, generator=torch.Generator().manual_seed(2)))
+    assert set(out.unique().tolist()) <= set(range(82))  # only source pixels and the zero padding
+    pos = out[:, 0, 4, 4].long() - 1
+    offsets = torch.stack([pos // 9, pos % 9], 1)
+    counts = torch.bincount(pos, minlength=81)
+    assert counts.min() > 50 and counts.max() < 150  # all 81 offsets, ~uniform (100 each)
+    flips = ~(out == augment_loop(src, offsets, torch.zeros(n, dtype=torch.bool))).flatten(1).all(1)
+    assert torch.equal(out, augment_loop(src, offsets, flips))
+    assert 0.45 < flips.float().mean() < 0.55
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_augment_batch_on_gpu_matches_loop():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    images = torch.randint(0, 256, (32, 3, 32, 32), dtype=torch.uint8, device="cuda", generator=g)
+    offsets = torch.randint(0, 9, (32, 2), device="cuda", generator=g)
+    flips = torch.rand(32, device="cuda", generator=g) < 0.5
+    out = data.augment_batch(images, offsets=offsets, flips=flips)
+    assert torch.equal(out.cpu(), augment_loop(images.cpu(), offsets.cpu(), flips.cpu()))
+    assert data.augment_batch(images, generator=g).device == images.device
+
+
+def test_normalize_matches_formula_and_keeps_memory_format():
+    x = torch.randint(0, 256, (4, 3, 5, 6), dtype=torch.uint8)
+    mean, std = data.CIFAR100_MEAN, data.CIFAR100_STD
+    want = (x.float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    y = data.normalize(x, mean, std)
+    assert y.dtype == torch.float32 and torch.allclose(y, want, atol=1e-5)
+    xc = x.contiguous(memory_format=torch.channels_last)
+    yc = data.normalize(xc, mean, std)
+    assert yc.is_contiguous(memory_format=torch.channels_last) and torch.allclose(yc, want, atol=1e-5)
+
+
+def test_unknown_dataset():
+    with pytest.raises(DataError, match="cifar100"):
+        load_dataset("imagenet", "/nowhere")
+
+
+# ----------------------------------------------------------- take, Batches
+
+def test_take_subsets_both_kinds():
+    d = load_dataset("synthetic", None, synthetic_size=20, synthetic_test_size=5, synthetic_classes=2)
+    idx = np.array([3, 0, 7])
+    sub = data.take(d.train, idx)
+    assert torch.equal(sub.images, d.train.images[idx]) and sub.labels.tolist() == d.train.labels[idx].tolist()
+    files = FileImages([f"{i}.jpg" for i in range(10)], np.arange(10, dtype=np.int64), 32, "folder")
+    sub = data.take(files, idx)
+    assert sub.paths == ["3.jpg", "0.jpg", "7.jpg"] and sub.labels.tolist() == [3, 0, 7] and sub[2:] == (32, "folder")
+
+
+def drain(batches, seed=0, epoch=0):
+    return [(x, y.tolist(), c.tolist()) for x, y, c in batches.epoch(seed, epoch)]
+
+
+def test_batches_in_memory_order_sharding_and_resume():
+    d = load_dataset("synthetic", None, synthetic_size=10, synthetic_test_size=5, synthetic_classes=2)
+    ids = np.arange(10) * 10  # a label that names its sample
+    make = lambda **k: data.Batches(d.train, ids, ids + 1, 4, d.mean, d.std, "cpu", **k)  # noqa: E731
+    one = drain(make())
+    assert make().steps() == len(one) == 3  # 4 + 4 + 2
+    assert sorted(sum([y for _, y, _ in one], [])) == ids.tolist()
+    assert all(c == [v + 1 for v in y] for _, y, c in one)
+    again, other = drain(make()), drain(make(), epoch=1)
+    assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(one, again))  # (seed, epoch) fixes it
+    assert [y for _, y, _ in one] != [y for _, y, _ in other]
+    # two ranks: same steps, disjoint shards of the same global batches; the last
+    # batch (2 samples) cannot give both ranks 2, so it is dropped
+    r0, r1 = drain(make(rank=0, world=2)), drain(make(rank=1, world=2))
+    assert len(r0) == len(r1) == make(world=2).steps() == 2
+    assert [sorted(a[1] + b[1]) for a, b in zip(r0, r1)] == [sorted(y) for _, y, _ in one[:2]]
+    x = one[0][0]
+    assert x.dtype == torch.float32 and x.shape == (4, 3, 32, 32)
+
+
+def test_batches_eval_is_every_sample_in_order_unaugmented():
+    d = load_dataset("synthetic", None, synthetic_size=10, synthetic_test_size=7, synthetic_classes=2)
+    t = d.tests["test"]
+    b = data.Batches(t, t.labels, t.labels, 3, d.mean, d.std, "cpu", memory_format=torch.channels_last, train=False)
+    got = drain(b)
+    assert b.steps() == len(got) == 3 and sum([y for _, y, _ in got], []) == t.labels.tolist()
+    x = torch.cat([x for x, _, _ in got])
+    assert got[0][0].is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(x, data.normalize(t.images, d.mean, d.std), atol=1e-6)
+
+
+def test_batches_from_files(tmp_path):
+    write_folder(tmp_path)
+    d = load_dataset("folder", tmp_path, image_size=72)
+    ids = np.arange(6)
+    train = data.Batches(d.train, ids, ids, 4, d.mean, d.std, "cpu")
+    got = drain(train)
+    assert [len(y) for _, y, _ in got] == [4, 2] and sorted(sum([y for _, y, _ in got], [])) == ids.tolist()
+    assert got[0][0].shape == (4, 3, 72, 72) and got[0][0].dtype == torch.float32
+    test = data.Batches(d.tests["test"], ids, ids, 4, d.mean, d.std, "cpu", train=False)
+    assert sum([y for _, y, _ in drain(test)], []) == ids.tolist()

@@ -1,0 +1,171 @@
+"""train.py end to end on CPU: every mode and lc, the files a run writes, resume, bad input, every dataset format."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
+        "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0"]
+METRIC_KEYS = {"epoch", "lr", "chi", "seconds", "train_loss_a", "train_loss_b", "test_acc_a", "test_acc_b",
+               "test_acc_mean", "test_acc_ens", "selected_b2a", "selected_a2b", "precision_b2a", "precision_a2b",
+               "memorized_a", "memorized_b"}
+
+
+def cli(*args, timeout=120):
+    return subprocess.run([sys.executable, os.path.join(HERE, "train.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=HERE)
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_cli_run_writes_every_file_with_its_keys(tmp_path):
+    out = str(tmp_path / "run")
+    res = cli(*TINY, "--epochs", "2", "--out", out)
+    assert res.returncode == 0, res.stderr
+    assert "settings:" in res.stdout and res.stdout.count("\nepoch ") == 2
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["mode"] == "progressive" and config["lc"] == "mylc" and config["eta"] == 4.0 and config["b"] == -5.0
+    noisy = np.load(os.path.join(out, "noisy_labels.npy"))
+    assert noisy.shape == (96,) and noisy.dtype == np.int64
+    rows = metrics(out)
+    assert [r["epoch"] for r in rows] == [1, 2] and METRIC_KEYS <= set(rows[0])
+    assert rows[1]["chi"] == pytest.approx(math.log(4) / 4 * 2 / (1 + math.exp(5 * 0.5)))  # Eq. 7 at t = Gamma
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert {"test_acc_a", "test_acc_b", "test_acc_mean", "seconds"} <= set(summary)
+    assert summary["test_acc_mean"] == pytest.approx((summary["test_acc_a"] + summary["test_acc_b"]) / 2)
+    ckpt = torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)
+    assert ckpt["epoch"] == 2 and {"model_a", "model_b", "opt_a", "opt_b", "sched_a", "sched_b", "rng_cpu"} <= set(ckpt)
+
+
+@pytest.mark.parametrize("mode,lc", [(m, lc) for m in ("zero", "all", "static", "progressive") for lc in train.LCS]
+                         + [("mkd", None), ("kdcl", None)])
+def test_every_mode_and_lc_trains(tmp_path, mode, lc):
+    argv = TINY + ["--epochs", "1", "--mode", mode, "--out", str(tmp_path / "r")] + (["--lc", lc] if lc else [])
+    summary = train.main(argv)
+    row = metrics(str(tmp_path / "r"))[0]
+    assert 0 <= summary["test_acc_mean"] <= 100
+    assert math.isfinite(row["train_loss_a"]) and math.isfinite(row["train_loss_b"])
+    assert 0 <= row["precision_b2a"] <= 1 if row["selected_b2a"] else row["precision_b2a"] is None
+    if mode == "zero":  # eta = inf: no knowledge passes, and the two runs are independent
+        assert row["selected_b2a"] == 0 and row["selected_a2b"] == 0 and row["chi"] == 0
+    if mode in ("all", "mkd", "kdcl"):
+        assert row["selected_b2a"] == 1 and row["selected_a2b"] == 1
+
+
+def test_static_threshold_is_constant_and_selects_partially(tmp_path):
+    out = str(tmp_path / "s")
+    train.main(TINY + ["--epochs", "3", "--mode", "static", "--eta", "1.5", "--lc", "ce", "--out", out])
+    rows = metrics(out)
+    assert all(r["chi"] == pytest.approx(math.log(4) / 1.5) for r in rows)
+    assert all(0 <= r["selected_b2a"] <= 1 for r in rows)
+
+
+def test_zero_knowledge_models_train_as_if_alone(tmp_path):
+    # With eta = inf model A's run must not depend on model B at all: pair it with a different B.
+    common = TINY + ["--epochs", "2", "--mode", "zero", "--lc", "ce"]
+    a1 = train.main(common + ["--arch", "cnn,cnn", "--out", str(tmp_path / "1")])
+    a2 = train.main(common + ["--arch", "cnn,resnet18", "--out", str(tmp_path / "2")])
+    assert a1["test_acc_a"] == a2["test_acc_a"]
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
+    flags = TINY + ["--synthetic-size", "512", "--epochs", "6", "--seed", "3"]
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    assert cli(*flags, "--out", full).returncode == 0
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), *flags, "--out", part],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(os.path.join(part, "metrics.jsonl")) and len(metrics(part)) >= 2:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with open(os.path.join(part, "checkpoint.pt.tmp"), "wb") as f:  # a write the kill cut short
+        f.write(b"half a checkpoint")
+    res = cli(*flags, "--out", part, "--resume")
+    assert res.returncode == 0, res.stderr
+    assert metrics(part) == [dict(r, seconds=p["seconds"]) for r, p in zip(metrics(full), metrics(part))]
+    a = torch.load(os.path.join(full, "checkpoint.pt"), weights_only=True)
+    b = torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)
+    for k in ("model_a", "model_b"):
+        assert all(torch.equal(a[k][n], b[k][n]) for n in a[k])
+
+
+BAD = {
+    "unknown dataset": (["--dataset", "imagenet"], "invalid choice"),
+    "unknown arch": (["--arch", "vgg16"], "unknown architecture"),
+    "unknown mode": (["--mode", "some"], "invalid choice"),
+    "rate above 1": (["--rate", "1.2"], "--rate must be in [0, 1)"),
+    "rate of 1": (["--rate", "1"], "--rate must be in [0, 1)"),
+    "eta zero": (["--mode", "static", "--eta", "0"], "--eta 0"),
+    "missing data dir": (["--dataset", "folder", "--data-dir", "/nonexistent/cmd-data"], "/nonexistent/cmd-data"),
+    "conflicting mode flags": (["--mode", "zero", "--eta", "3"], "sets eta itself"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
+    flags, message = BAD[case]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + ["--epochs", "1", "--out", str(out)] + flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("train.py: error:")
+    assert not out.exists()
+
+
+def test_bad_input_on_the_command_line_has_no_traceback(tmp_path):
+    res = cli(*TINY, "--rate", "-0.5", "--out", str(tmp_path / "x"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_existing_run_is_refused_and_kept(tmp_path, capsys):
+    out = str(tmp_path / "r")
+    train.main(TINY + ["--epochs", "1", "--out", out])
+    before = open(os.path.join(out, "metrics.jsonl")).read()
+    with pytest.raises(SystemExit):
+        train.main(TINY + ["--epochs", "1", "--out", out])
+    assert "already holds a run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a different configuration may not resume this run
+        train.main(TINY + ["--epochs", "1", "--out", out, "--resume", "--lr", "0.3"])
+    assert "different settings (lr)" in capsys.readouterr().err
+    with open(os.path.join(out, "checkpoint.pt"), "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(SystemExit):
+        train.main(TINY + ["--epochs", "1", "--out", out, "--resume"])
+    assert "corrupt" in capsys.readouterr().err
+    assert open(os.path.join(out, "metrics.jsonl")).read() == before
+
+
+def test_checkpoint_loading_refuses_pickled_code(tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    torch.save({"config": {}, "payload": np.dtype("int64")}, str(out / "checkpoint.pt"))  # needs full unpickling
+    with pytest.raises(SystemExit):
+        train.main(TINY + ["--epochs", "1", "--out", str(out), "--resume"])
+    assert "corrupt or not a CMD checkpoint" in capsys.readouterr().err
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    out = str(tmp_path / "r")
+    with pytest.raises(SystemExit) as e:  # lr jumps to 1e33 after epoch 1
+        train.main(TINY + ["--epochs", "3", "--lr", "0.01", "--milestones", "1", "--gamma", "1e35", "--out", out])
+    assert e.value.code == 2 and "NaN" in capsys.readouterr().err
+    assert torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)["epoch"] == 1
+    assert len(metrics(out)) == 1
