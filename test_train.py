@@ -65,6 +65,22 @@ def test_every_mode_and_lc_trains(tmp_path, mode, lc):
         assert row["selected_b2a"] == 1 and row["selected_a2b"] == 1
 
 
+def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
+    out = str(tmp_path / "ddp")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+           *TINY, "--epochs", "2", "--out", out]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=HERE)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.count("\nepoch ") == 2  # only rank 0 prints and writes
+    rows = metrics(out)
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert rows[0]["train_samples"] == 96  # shards of every batch, summed over both ranks
+    assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2
+    single = str(tmp_path / "single")
+    train.main(TINY + ["--epochs", "1", "--out", single])
+    assert np.array_equal(np.load(os.path.join(out, "noisy_labels.npy")), np.load(os.path.join(single, "noisy_labels.npy")))
+
+
 def test_static_threshold_is_constant_and_selects_partially(tmp_path):
     out = str(tmp_path / "s")
     train.main(TINY + ["--epochs", "3", "--mode", "static", "--eta", "1.5", "--lc", "ce", "--out", out])
@@ -169,3 +185,35 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
     assert e.value.code == 2 and "NaN" in capsys.readouterr().err
     assert torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)["epoch"] == 1
     assert len(metrics(out)) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("mode,lc", [("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"),
+                                     ("mkd", None), ("kdcl", None)])
+def test_training_step_is_sync_free_on_cuda(mode, lc):
+    import data
+    device = torch.device("cuda")
+    args = train.resolve(train.get_args(["--dataset", "synthetic", "--mode", mode] + (["--lc", lc] if lc else [])))
+    d = data.load_dataset("synthetic", None, synthetic_size=1024, synthetic_classes=10)
+    torch.manual_seed(0)
+    nets = [train.models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
+    opts = [torch.optim.SGD(n.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4) for n in nets]
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    autocast = dict(device_type="cuda", dtype=torch.bfloat16, enabled=True)
+    r = [torch.zeros((), device=device), torch.zeros((), device=device)]
+    batches = data.Batches(d.train, d.train.labels, d.train.labels, 128, d.mean, d.std, device,
+                           memory_format=torch.channels_last)
+    it = batches.epoch(0, 0)
+    acc = torch.zeros(train.STATS, device=device)
+    for i in range(3):  # warm-up: lazy state such as momentum buffers
+        x, y, y_clean = next(it)
+        acc += train.train_step(nets, opts, scaler, autocast, x, y, y_clean, 1.0, r, 0.5, args)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for i in range(2):
+            x, y, y_clean = next(it)
+            acc += train.train_step(nets, opts, scaler, autocast, x, y, y_clean, 1.0, r, 0.5, args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert acc[0].item() == 5 * 128

@@ -45,6 +45,23 @@ DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvisi
 RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "log_every")  # may change on --resume
 
 
+PRESETS_HELP = """optimisation presets (appendix C; any flag given overrides its entry):
+  cifar100 + resnet34 (and other archs)   100 epochs, lr 0.1, /10 at 50 and 80, batch 128, SGD 0.9, wd 5e-4
+  cifar100 + resnet18 / shufflenetv2      200 epochs, lr 0.1, /5 at 60, 120, 160, batch 128, SGD 0.9, wd 5e-4
+  cifar100 + resnet50 (CDR's settings)    200 epochs, lr 0.01, /10 at 40 and 80, batch 64, SGD 0.9, wd 1e-3
+  food101                                 100 epochs, lr 0.01, /10 at 50 and 80, batch 32, SGD 0.9, wd 5e-4
+  webvision                               80 epochs, lr 0.01, /10 once at 40, batch 32, SGD 0.9, wd 5e-4
+                                          (literal reading, /10 every epoch after 40: --milestones 40,41,...,79)
+  cnn (not in the paper)                  20 epochs, lr 0.05, /10 at 10 and 15, batch 128, SGD 0.9, wd 5e-4"""
+
+
+class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    def _get_help_string(self, action):  # show "(default: x)" only where the default is fixed
+        if action.default is None or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
         fail(f"{message} (see python train.py --help)")
@@ -65,7 +82,7 @@ def ints(text):
 
 
 def get_args(argv):
-    p = Parser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(description=__doc__.split("\n")[0], formatter_class=Help, epilog=PRESETS_HELP)
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=data.DATASETS, default="cifar100")
     g.add_argument("--data-dir", default="data", help="dataset root; cifar100 downloads here on first use")
@@ -104,7 +121,7 @@ def get_args(argv):
     g.add_argument("--kdcl-t", type=float, default=2.0, help="kdcl: temperature T")
     g.add_argument("--kdcl-lambda", type=float, default=1.0, help="kdcl: weight of the KL term")
 
-    g = p.add_argument_group("models and optimisation (defaults: the paper's appendix, per dataset and arch)")
+    g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
     g.add_argument("--arch", help=f"NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)} "
                                   "(default resnet34 on cifar100, resnet50_imagenet on food101, "
                                   "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
@@ -249,6 +266,38 @@ def mutual_losses(za, zb, y, chi, r_a, r_b, progress, args):
     return loss_a, loss_b, dict(h_a=h_a, h_b=h_b, m_b2a=m_b2a, m_a2b=m_a2b, t_b2a=qt_b, t_a2b=qt_a)
 
 
+STATS = 13  # the sums train_step returns, in this order:
+# samples, loss_a*n, loss_b*n, selected b2a, selected a2b, selected-and-clean b2a, a2b,
+# noisy samples, noisy predicted as their label by A, by B, sum H(p_A), sum H(p_B), non-finite loss
+
+
+def train_step(nets, opts, scaler, autocast, x, y, y_clean, chi, r, progress, args):
+    """One mutual step of A and B on the batch x: forward, Eqs. 5-6, backward, SGD.
+
+    Returns a (STATS,) tensor of sums for the epoch's metrics. Nothing here waits for the
+    device: chi and progress are Python floats, r and the statistics stay on the device.
+    """
+    with torch.autocast(**autocast):
+        za, zb = nets[0](x), nets[1](x)
+    loss_a, loss_b, diag = mutual_losses(za, zb, y, chi, r[0], r[1], progress, args)
+    for o in opts:
+        o.zero_grad(set_to_none=True)
+    scaler.scale(loss_a + loss_b).backward()
+    for o in opts:
+        scaler.step(o)
+    scaler.update()
+    with torch.no_grad():
+        n = torch.ones_like(diag["h_a"]).sum()  # len(y) as a device scalar, without a host copy
+        noisy = (y != y_clean).float()
+        return torch.stack([
+            n, loss_a.detach() * n, loss_b.detach() * n,
+            diag["m_b2a"].sum(), diag["m_a2b"].sum(),
+            (diag["m_b2a"] * (diag["t_b2a"].argmax(-1) == y_clean)).sum(),
+            (diag["m_a2b"] * (diag["t_a2b"].argmax(-1) == y_clean)).sum(),
+            noisy.sum(), (noisy * (za.argmax(-1) == y)).sum(), (noisy * (zb.argmax(-1) == y)).sum(),
+            diag["h_a"].sum(), diag["h_b"].sum(), (~torch.isfinite(loss_a + loss_b)).float()])
+
+
 # ---------------------------------------------------------------- run setup
 
 def setup_distributed():
@@ -304,6 +353,8 @@ def main(argv=None):
     config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
     config.update(amp=amp, world_size=world)
     ckpt = prepare_out(args, config)
+    if world > 1:
+        dist.barrier()  # every rank has checked --out before rank 0 writes into it
     log = print if rank == 0 else (lambda *a, **k: None)
     log("settings: " + " ".join(f"{k}={v}" for k, v in config.items()))
 
@@ -396,33 +447,12 @@ def main(argv=None):
         t0 = time.time()
         for n in nets:
             n.train()
-        acc = torch.zeros(16, device=device)  # per-epoch sums, read once at the end of the epoch
+        acc = torch.zeros(STATS, device=device)  # per-epoch sums, read once at the end of the epoch
         lr = opts[0].param_groups[0]["lr"]
         for i, (x, y, y_clean) in enumerate(batches.epoch(args.seed, epoch)):
             t = epoch + i / steps  # fractional epochs for Eq. 7 and ProSelfLC
             chi = chi_schedule(t, args.epochs, num_classes, args.eta, args.b) if args.eta is not None else math.nan
-            with torch.autocast(**autocast):
-                za, zb = fwd[0](x), fwd[1](x)
-            loss_a, loss_b, diag = mutual_losses(za, zb, y, chi, r[0], r[1], t / args.epochs, args)
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            scaler.scale(loss_a + loss_b).backward()
-            for o in opts:
-                scaler.step(o)
-            scaler.update()
-            with torch.no_grad():
-                n_b = torch.tensor(float(len(y)), device=device)
-                noisy_mask = (y != y_clean).float()
-                acc += torch.stack([
-                    n_b, loss_a.detach() * n_b, loss_b.detach() * n_b,
-                    diag["m_b2a"].sum(), diag["m_a2b"].sum(),
-                    (diag["m_b2a"] * (diag["t_b2a"].argmax(-1) == y_clean)).sum(),
-                    (diag["m_a2b"] * (diag["t_a2b"].argmax(-1) == y_clean)).sum(),
-                    noisy_mask.sum(),
-                    (noisy_mask * (za.argmax(-1) == y)).sum(), (noisy_mask * (zb.argmax(-1) == y)).sum(),
-                    diag["h_a"].sum(), diag["h_b"].sum(),
-                    (~torch.isfinite(loss_a + loss_b)).float(),
-                    torch.zeros((), device=device), torch.zeros((), device=device), torch.zeros((), device=device)])
+            acc += train_step(fwd, opts, scaler, autocast, x, y, y_clean, chi, r, t / args.epochs, args)
             if log_every and rank == 0 and (i + 1) % log_every == 0:
                 print(f"  epoch {epoch:3d} step {i + 1}/{steps} {time.time() - t0:.1f}s", flush=True)
         if world > 1:
@@ -438,7 +468,7 @@ def main(argv=None):
         r = [1 - acc[10] / (n * math.log(num_classes)), 1 - acc[11] / (n * math.log(num_classes))]
         results = evaluate(fwd, evals, autocast, device, world)
         chi_end = chi_schedule(epoch + 1, args.epochs, num_classes, args.eta, args.b) if args.eta is not None else None
-        row = dict(epoch=epoch + 1, lr=lr, chi=chi_end, seconds=round(time.time() - t0, 3),
+        row = dict(epoch=epoch + 1, lr=lr, chi=chi_end, seconds=round(time.time() - t0, 3), train_samples=int(n),
                    train_loss_a=s[1] / n, train_loss_b=s[2] / n,
                    selected_b2a=s[3] / n, selected_a2b=s[4] / n,
                    precision_b2a=s[5] / s[3] if known_clean and s[3] else None,
@@ -457,7 +487,7 @@ def main(argv=None):
                 state[f"model_{k}"] = getattr(net, "module", net).state_dict()
                 state[f"opt_{k}"], state[f"sched_{k}"] = o.state_dict(), sc.state_dict()
             atomic_save(state, os.path.join(args.out, "checkpoint.pt"))
-            prec = f"{row['precision_b2a'] or 0:.2f} {row['precision_a2b'] or 0:.2f}" if known_clean else "n/a"
+            prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
             chi_txt = "  - " if chi_end is None else f"{chi_end:.2f}"
             print(f"epoch {epoch + 1:3d} | lr {lr:.4f} | chi {chi_txt} | "
                   f"sel b2a {row['selected_b2a']:.2f} a2b {row['selected_a2b']:.2f} | prec {prec} | "

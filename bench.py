@@ -1,0 +1,260 @@
+"""Measure what CMD costs on top of training two networks (README "Performance").
+
+    python bench.py                                   # CPU, small models, under a minute
+    python bench.py --arch resnet34 --device cuda     # the real figures
+
+loss_overhead -- time of cmd_loss + both label corrections (MyLC) on a batch of logits, forward and
+                 backward, over the time of two plain F.cross_entropy calls on the same logits
+step_ratio    -- one CMD mutual training step (both models: forward, backward, SGD) over two plain
+                 cross-entropy steps of the same two models on the same batch; 1.00 is the floor
+paper_ratio   -- the appendix's CMDWithLoss (losses.paper_cmd_loss) over cmd_loss, same inputs
+throughput    -- training images per second of the mutual pair (each image counted once) with the
+                 device-resident pipeline and with a torchvision DataLoader pipeline; on CUDA also
+                 fp32 against bf16 + channels_last
+
+Every figure is the median of --repeats timings after --warmup untimed runs. On CUDA the device is
+synchronised only around each timed region.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchvision.transforms as T
+
+import data
+import models
+import train
+from label_correction import mylc, one_hot
+from losses import cmd_loss, log_probs, paper_cmd_loss
+
+
+def timed(fn, device, warmup, repeats):
+    """Median seconds of fn() over `repeats` runs after `warmup` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def loss_figures(args, device):
+    """loss_overhead and paper_ratio on random logits of shape (batch, classes)."""
+    g = torch.Generator(device).manual_seed(0)
+    n, k = args.batch_size, args.num_classes
+    za = (3 * torch.randn(n, k, device=device, generator=g)).requires_grad_()
+    zb = (3 * torch.randn(n, k, device=device, generator=g)).requires_grad_()
+    y = torch.randint(0, k, (n,), device=device, generator=g)
+    q = one_hot(y, k)
+    r = torch.tensor(0.6, device=device)
+    chi = math.log(k) / 2
+
+    def plain():
+        (F.cross_entropy(za, y) + F.cross_entropy(zb, y)).backward()
+
+    def cmd():
+        logp_a, h_a = log_probs(za)
+        logp_b, h_b = log_probs(zb)
+        qa = mylc(q, logp_a.detach().exp(), r, 10.0, h=h_a)
+        qb = mylc(q, logp_b.detach().exp(), r, 10.0, h=h_b)
+        b2a, a2b = cmd_loss(za, zb, qa, qb, chi)
+        (b2a + a2b).backward()
+
+    pa, pb = F.softmax(za.detach(), -1), F.softmax(zb.detach(), -1)
+
+    def paper():
+        paper_cmd_loss(q, q, pa, pb, chi)
+
+    def ours():
+        cmd_loss(za.detach(), zb.detach(), q, q, chi)
+
+    t_plain = timed(plain, device, args.warmup, args.repeats)
+    t_cmd = timed(cmd, device, args.warmup, args.repeats)
+    t_paper = timed(paper, device, args.warmup, args.repeats)
+    t_ours = timed(ours, device, args.warmup, args.repeats)
+    return dict(loss_overhead=t_cmd / t_plain, paper_ratio=t_paper / t_ours,
+                loss_ms=dict(plain_ce=1e3 * t_plain, cmd_with_mylc=1e3 * t_cmd, paper=1e3 * t_paper, cmd_loss=1e3 * t_ours))
+
+
+def make_pair(args, device, fmt):
+    torch.manual_seed(0)
+    nets = [models.build_model(a, args.num_classes).to(device, memory_format=fmt) for a in args.arch.split(",")[:2]]
+    if len(nets) == 1:
+        nets.append(models.build_model(args.arch, args.num_classes).to(device, memory_format=fmt))
+    opts = [torch.optim.SGD(n.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4) for n in nets]
+    return nets, opts
+
+
+def step_figures(args, device):
+    """step_ratio: a CMD-P + MyLC mutual step against two plain CE steps, same models, same batch."""
+    fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+    nets, opts = make_pair(args, device, fmt)
+    g = torch.Generator(device).manual_seed(1)
+    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device,
+                    generator=g).contiguous(memory_format=fmt)
+    y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
+    cfg = train.resolve(train.get_args(["--dataset", "synthetic", "--mode", "progressive", "--lc", "mylc"]))
+    r = [torch.tensor(0.6, device=device)] * 2
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
+
+    def ce_steps():  # the same step with plain CE in place of CMD, so only the loss differs
+        with torch.autocast(**autocast):
+            za, zb = nets[0](x), nets[1](x)
+        loss = F.cross_entropy(za.float(), y) + F.cross_entropy(zb.float(), y)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in opts:
+            opt.step()
+
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
+
+    def cmd_step():  # exactly train.py's step, metrics included
+        train.train_step(nets, opts, scaler, autocast, x, y, y, 1.0, r, 0.5, cfg)
+
+    # Interleave the two so that drift in machine load hits both alike.
+    ce, cmd = [], []
+    for _ in range(args.rounds):
+        ce.append(timed(ce_steps, device, args.warmup, args.repeats))
+        cmd.append(timed(cmd_step, device, args.warmup, args.repeats))
+    t_ce, t_cmd = statistics.median(ce), statistics.median(cmd)
+    return dict(step_ratio=t_cmd / t_ce, step_ms=dict(two_ce_steps=1e3 * t_ce, cmd_step=1e3 * t_cmd))
+
+
+class PILDataset(torch.utils.data.Dataset):
+    """The usual CIFAR pipeline: uint8 HWC image -> PIL -> RandomCrop(32, 4) + flip -> ToTensor -> Normalize."""
+
+    def __init__(self, images, labels, mean, std):
+        self.images = images.permute(0, 2, 3, 1).numpy()
+        self.labels = labels
+        self.tf = T.Compose([T.RandomCrop(images.shape[-1], padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                             T.Normalize(mean, std)])
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        from PIL import Image
+        return self.tf(Image.fromarray(self.images[i])), int(self.labels[i])
+
+
+def throughput_figures(args, device):
+    """Images per second of the mutual pair: device-resident pipeline vs DataLoader, fp32 vs bf16 on CUDA."""
+    d = data.load_dataset("synthetic", None, synthetic_size=args.images, synthetic_classes=args.num_classes,
+                          synthetic_test_size=10)
+    labels = d.train.labels
+    cfg = train.resolve(train.get_args(["--dataset", "synthetic", "--mode", "progressive", "--lc", "mylc"]))
+    out = {}
+    precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
+    for pipeline in ("device", "dataloader"):
+        for prec in precisions:
+            fmt = torch.channels_last if device.type == "cuda" and prec == "bf16" else torch.contiguous_format
+            nets, opts = make_pair(args, device, fmt)
+            autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=prec == "bf16")
+            r = [torch.tensor(0.0, device=device)] * 2
+            if pipeline == "device":
+                batches = data.Batches(d.train, labels, labels, args.batch_size, d.mean, d.std, device,
+                                       memory_format=fmt)
+                source = lambda epoch: batches.epoch(0, epoch)  # noqa: E731
+            else:
+                loader = torch.utils.data.DataLoader(PILDataset(d.train.images, labels, d.mean, d.std),
+                                                     batch_size=args.batch_size, shuffle=True, drop_last=False,
+                                                     num_workers=args.workers, pin_memory=device.type == "cuda",
+                                                     persistent_workers=args.workers > 0)
+
+                def source(epoch):
+                    for x, y in loader:
+                        yield (x.to(device, non_blocking=True).contiguous(memory_format=fmt),
+                               y.to(device, non_blocking=True), None)
+
+            scaler = torch.amp.GradScaler(device.type, enabled=False)
+
+            def run_epoch(epoch):
+                n = 0
+                for x, y, _ in source(epoch):
+                    train.train_step(nets, opts, scaler, autocast, x, y, y, 1.0, r, 0.5, cfg)
+                    n += len(y)
+                return n
+
+            run_epoch(0)  # warm-up: workers, cudnn autotune
+            times = []
+            for e in range(1, 1 + args.epochs):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                n = run_epoch(e)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times.append(time.perf_counter() - t0)
+            out[f"{pipeline}_{prec}"] = n / statistics.median(times)
+    if device.type == "cuda":
+        out["device_bf16_over_dataloader_fp32"] = out["device_bf16"] / out["dataloader_fp32"]
+    out["device_over_dataloader_fp32"] = out["device_fp32"] / out["dataloader_fp32"]
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--arch", default="cnn", help="NAME or NAME_A,NAME_B (models.ARCHS)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--amp", choices=("bf16", "off"), help="for step_ratio (default: bf16 on CUDA, off on CPU)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--num-classes", type=int, default=100)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--images", type=int, default=2048, help="synthetic training images for throughput")
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs for throughput")
+    p.add_argument("--workers", type=int, default=2, help="DataLoader workers of the baseline pipeline")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds for step_ratio")
+    p.add_argument("--skip", default="", help="comma list of figures to skip: loss,step,throughput")
+    p.add_argument("--json", help="write the figures to this file")
+    args = p.parse_args(argv)
+    for a in args.arch.split(","):
+        if a not in models.ARCHS:
+            p.error(f"unknown architecture '{a}'; choose from {', '.join(models.ARCHS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but torch sees no CUDA device")
+    device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    args.amp = args.amp or ("bf16" if device.type == "cuda" else "off")
+    skip = set(args.skip.split(","))
+    info = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                torch=torch.__version__, threads=torch.get_num_threads(), arch=args.arch,
+                batch_size=args.batch_size, num_classes=args.num_classes, amp=args.amp,
+                date=time.strftime("%Y-%m-%d"), command="python bench.py " + " ".join(argv or sys.argv[1:]))
+    print(" ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    res = dict(info)
+    if "loss" not in skip:
+        res.update(loss_figures(args, device))
+        print(f"loss_overhead {res['loss_overhead']:.2f}  (cmd_loss + 2x MyLC vs 2x F.cross_entropy, fwd+bwd)")
+        print(f"paper_ratio   {res['paper_ratio']:.2f}  (appendix CMDWithLoss time / cmd_loss time)", flush=True)
+    if "step" not in skip:
+        res.update(step_figures(args, device))
+        print(f"step_ratio    {res['step_ratio']:.3f} (CMD mutual step / two CE steps; "
+              f"{res['step_ms']['cmd_step']:.1f} ms vs {res['step_ms']['two_ce_steps']:.1f} ms)", flush=True)
+    if "throughput" not in skip:
+        res["throughput"] = throughput_figures(args, device)
+        for k, v in res["throughput"].items():
+            unit = "x" if "_over_" in k else "img/s"
+            print(f"throughput {k:36s} {v:10.2f} {unit}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return res
+
+
+if __name__ == "__main__":
+    main()
