@@ -42,7 +42,7 @@ REAL_NOISE = ("food101", "webvision")
 MODE_ETA_B = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "progressive": (4.0, -5.0)}
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
                 "folder": "resnet18", "synthetic": "cnn"}
-RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "log_every")  # may change on --resume
+RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "log_every", "data_dir")  # may change on --resume
 
 
 PRESETS_HELP = """optimisation presets (appendix C; any flag given overrides its entry):
@@ -388,11 +388,6 @@ def main(argv=None):
         noisy = add_noise(clean, args.noise, args.rate, num_classes, seed=args.seed)
     log(f"data: {args.dataset} train {len(clean)} ({num_classes} classes, realised noise "
         f"{np.mean(noisy != clean):.3f}) " + " ".join(f"{k} {len(v.labels)}" for k, v in tests.items()))
-    if rank == 0 and ckpt is None:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "config.json"), "w") as f:
-            json.dump(config, f, indent=1)
-        np.save(labels_path, noisy)
     known_clean = args.noise != "none"  # clean labels known: precision and memorisation can be measured
 
     # ------------------------------------------------------------ models
@@ -402,6 +397,11 @@ def main(argv=None):
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in (arch_a, arch_b)]
     except (RuntimeError, ValueError) as e:
         fail(str(e).splitlines()[0])
+    if rank == 0 and ckpt is None:  # inputs are valid: from here on the run writes into --out
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+        np.save(labels_path, noisy)
     fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
     nets = [n.to(device, memory_format=fmt) for n in nets]
     opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
@@ -433,7 +433,7 @@ def main(argv=None):
     evals = {k: data.Batches(v, v.labels, v.labels, 500, d.mean, d.std, device, rank, world, args.workers, fmt,
                              train=False) for k, v in tests.items()}
     metrics_path = os.path.join(args.out, "metrics.jsonl")
-    if rank == 0 and ckpt is not None and os.path.exists(metrics_path):  # drop lines past the checkpoint
+    if rank == 0 and os.path.exists(metrics_path):  # --resume: drop lines written after the checkpoint
         with open(metrics_path) as f:
             lines = f.readlines()[:start_epoch]
         with open(metrics_path, "w") as f:

@@ -1,0 +1,410 @@
+"""Run the paper's tables as grids of train.py runs and write each beside the paper's numbers (§4).
+
+    python sweep.py table1 --scale demo --seeds 3      # CPU: CMD-S/P vs zero/all knowledge, 12 runs
+    python sweep.py table2 --scale paper --gpus 4      # CIFAR-100 + ResNet34, four runs at a time
+    python sweep.py fig3 --scale smoke --dry-run       # only print the train.py commands
+    python sweep.py table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
+
+Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
+MKD baselines, two architectures), table5 (CMD-S eta), fig3 (b under noise rates, and under eta).
+Each run is a subprocess `train.py ... --resume` writing DIR/<preset>-<scale>/<run>-s<seed>/; a run
+whose summary.json exists is skipped, so an interrupted sweep continues where it stopped (inside a
+run too, from its checkpoint). The tables go to DIR/<preset>-<scale>.md: the scale is in the name
+so that smoke, demo and paper tables never overwrite each other.
+
+PAPER        -- the paper's numbers, transcribed from Tables 1, 2, 4, 5 (Fig. 3 is an image: none)
+PRESETS      -- each table's rows and columns as train.py flags
+DEMO_FLAGS, SMOKE_FLAGS, grid -- what each --scale adds to every run, and which cells it runs
+jobs         -- the train.py command lines of a preset
+run_jobs     -- run them one after another, or N at a time on N GPUs
+render       -- markdown: mean ± sample std over seeds per cell, the paper's number beside it
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+
+# ---------------------------------------------------------------- the paper's numbers
+# Mean final test accuracy (%) of the two models, one list per row in the column order of PRESETS.
+# The paper disagrees with itself in places: Table 1's zero-knowledge CP and ProSelfLC (50.06, 62.75)
+# are Table 2's CP and ProSelfLC at sym 40% (51.09, 64.07) in other runs. Both are kept as printed.
+PAPER = {
+    "table1": {  # LS, CP, ProSelfLC, MyLC
+        "zero": [51.53, 50.06, 62.75, 65.04], "all": [53.63, 53.18, 59.26, 61.11],
+        "static": [55.10, 53.86, 67.26, 68.45], "progressive": [56.73, 56.47, 68.29, 69.09]},
+    "table2": {  # pair 20%, pair 40%, sym 20%, sym 40%, clean
+        "ce": [63.52, 45.40, 63.31, 47.20, 75.58], "ls": [65.15, 50.02, 67.45, 51.53, 76.33],
+        "cp": [64.97, 49.01, 65.97, 51.09, 75.29], "bootsoft": [64.04, 48.85, 63.25, 48.41, 75.37],
+        "proselflc": [74.13, 69.49, 71.49, 64.07, 75.73], "static-proselflc": [75.68, 74.22, 72.11, 67.26, 76.25],
+        "progressive-proselflc": [75.76, 74.55, 72.58, 68.29, 77.32], "mylc": [73.12, 62.29, 71.04, 65.04, 75.20],
+        "static-mylc": [75.39, 74.32, 72.20, 68.45, 75.92], "progressive-mylc": [75.89, 74.72, 73.22, 69.09, 76.42]},
+    "table4": {  # ResNet18 and ShuffleNetV2 (trained as a pair), ResNet34 (a pair of two)
+        "ce": [50.63, 44.06, 47.20], "tfkd": [51.05, 44.70, 47.39], "proselflc": [58.51, 58.89, 64.07],
+        "mylc": [55.94, 61.21, 65.04], "mkd": [60.38, 47.72, 51.42], "kdcl": [55.45, 46.10, 51.20],
+        "progressive-mylc": [68.10, 64.37, 69.09]},
+    "table5": {  # sym 20%, 40%, 60%, 80%
+        "eta1": [70.37, 59.26, 36.18, 16.17], "eta2": [72.11, 65.04, 46.15, 18.62],
+        "eta3": [72.83, 66.42, 51.34, 19.84], "eta4": [73.25, 67.26, 54.34, 22.45]},
+}
+
+# ---------------------------------------------------------------- presets
+MEAN = "test_acc_mean"  # the paper's number: the mean of the two models' final test accuracies
+
+
+def noise(kind, pct):
+    return ["--noise", "none"] if kind == "none" else ["--noise", kind, "--rate", f"{pct / 100:g}"]
+
+
+def method(mode, lc=None):
+    return ["--mode", mode] + (["--lc", lc] if lc else [])
+
+
+def sym(*pcts):
+    """Symmetric-noise columns."""
+    return [(f"sym{p}", f"Sym {p}%", noise("sym", p), MEAN) for p in pcts]
+
+
+def table(key, title, base, rows, cols):
+    """A table: a cell (row, col) is one train.py run with flags base + row flags + col flags.
+
+    rows: (key, label, flags). cols: (key, label, flags, the summary.json number the cell shows).
+    """
+    return dict(key=key, title=title, base=base, rows=rows, cols=cols, paper=PAPER.get(key, {}))
+
+
+R34, PAIR = ["--arch", "resnet34"], ["--arch", "resnet18,shufflenetv2"]
+KNOWLEDGE = [("zero", "Zero"), ("all", "All"), ("static", "CMD-S"), ("progressive", "CMD-P")]
+# Fig. 3 gives no b values: these span chi falling (b < 0), constant (0) and rising (b > 0).
+B_VALUES = [-10, -5, -2, 0, 2, 5, 10]
+B_ROWS = [(f"b{b}", f"b = {b}", ["--b", str(b)]) for b in B_VALUES]
+
+PRESETS = {
+    "table1": [table("table1", "Table 1: distilled knowledge x label correction (ResNet34, CIFAR-100, sym 40%)",
+                     R34 + noise("sym", 40),
+                     [(m, label, method(m)) for m, label in KNOWLEDGE],
+                     [(lc, label, ["--lc", lc], MEAN) for lc, label in
+                      [("ls", "LS"), ("cp", "CP"), ("proselflc", "ProSelfLC"), ("mylc", "MyLC")]])],
+    "table2": [table("table2", "Table 2: noise types and rates (ResNet34, CIFAR-100)", R34,
+                     [("ce", "CE", method("zero", "ce")),
+                      ("ls", "LS", method("zero", "ls")),
+                      ("cp", "CP", method("zero", "cp")),
+                      ("bootsoft", "Boot-soft", method("zero", "bootsoft")),
+                      ("proselflc", "ProSelfLC", method("zero", "proselflc")),
+                      ("static-proselflc", "CMD-S+ProSelfLC", method("static", "proselflc")),
+                      ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
+                      ("mylc", "MyLC", method("zero", "mylc")),
+                      ("static-mylc", "CMD-S+MyLC", method("static", "mylc")),
+                      ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
+                     [("pair20", "Pair 20%", noise("pair", 20), MEAN), ("pair40", "Pair 40%", noise("pair", 40), MEAN),
+                      *sym(20, 40), ("clean", "Clean", noise("none", 0), MEAN)])],
+    # Self KD rows train each model alone: zero knowledge. "Different" is one run of a ResNet18 (A)
+    # beside a ShuffleNetV2 (B), so its two columns are that run's test_acc_a and test_acc_b.
+    "table4": [table("table4", "Table 4: self KD and MKD methods on different and same architectures "
+                     "(CIFAR-100, sym 40%)", noise("sym", 40),
+                     [("ce", "CE (baseline)", method("zero", "ce")),
+                      ("tfkd", "Tf-KD_reg (self KD)", method("zero", "tfkd")),
+                      ("proselflc", "ProSelfLC (self KD)", method("zero", "proselflc")),
+                      ("mylc", "MyLC (self KD)", method("zero", "mylc")),
+                      ("mkd", "MKD", method("mkd")),
+                      ("kdcl", "KDCL", method("kdcl")),
+                      ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
+                     [("resnet18", "ResNet18 (different)", PAIR, "test_acc_a"),
+                      ("shufflenetv2", "ShuffleNetV2 (different)", PAIR, "test_acc_b"),
+                      ("resnet34", "ResNet34 (same)", R34, MEAN)])],
+    # Table 5 does not name its lc. Its eta = 1 and eta = 4 cells at 40% (59.26, 67.26) are Table 1's
+    # All and CMD-S with ProSelfLC, so ProSelfLC it is.
+    "table5": [table("table5", "Table 5: CMD-S with threshold H(u)/eta (ResNet34, CIFAR-100, ProSelfLC)",
+                     R34 + method("static", "proselflc"),
+                     [(f"eta{e}", f"H(u)/{e} (eta = {e})", ["--eta", str(e)]) for e in (1, 2, 3, 4)],
+                     sym(20, 40, 60, 80))],
+    "fig3": [table("fig3a", "Figure 3(a): b at different noise rates, eta = 2 (ResNet34, CIFAR-100, CMD-P+MyLC)",
+                   R34 + method("progressive", "mylc") + ["--eta", "2"], B_ROWS, sym(20, 40, 60, 80)),
+             table("fig3b", "Figure 3(b): b at different eta, sym 60% (ResNet34, CIFAR-100, CMD-P+MyLC)",
+                   R34 + method("progressive", "mylc") + noise("sym", 60), B_ROWS,
+                   [(f"eta{e}", f"eta = {e}", ["--eta", str(e)], MEAN) for e in (2, 3, 4)])],
+}
+
+# ---------------------------------------------------------------- scales
+# demo: train.py's synthetic defaults (2000 train / 1000 test images, 10 classes, difficulty 2.0) and
+# its cnn preset (20 epochs, lr 0.05, milestones 10,15): a few minutes a run on 2 CPU cores.
+# Flags here override those defaults (e.g. "--epochs", "10") and go before each cell's own flags.
+DEMO_FLAGS = ["--dataset", "synthetic", "--arch", "cnn"]
+SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--synthetic-size", "128",
+               "--synthetic-test-size", "64", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu"]
+SCALES = {"paper": ["--dataset", "cifar100"], "demo": DEMO_FLAGS, "smoke": SMOKE_FLAGS}
+# Cells the demo runs, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
+DEMO_GRID = {"table1": (None, ["mylc"]), "table2": (None, ["sym40"])}
+
+
+def grid(t, scale):
+    """The (row key, col key) cells this scale runs. Smoke: the first 2 rows of the first column, so that
+    a 2-seed smoke sweep is 4 runs, 20-40 s on 2 CPU cores (torch's import is most of each run)."""
+    rows, cols = [r[0] for r in t["rows"]], [c[0] for c in t["cols"]]
+    if scale == "smoke":
+        rows, cols = rows[:2], cols[:1]
+    elif scale == "demo":
+        want_rows, want_cols = DEMO_GRID.get(t["key"], (None, None))
+        rows, cols = want_rows or rows, want_cols or cols
+    return [(r, c) for r in rows for c in cols]
+
+
+def cell_flags(t, row, col, scale):
+    """train.py flags of one cell; below paper scale every --arch gives way to the scale's cnn."""
+    flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + dict((c[0], c[2]) for c in t["cols"])[col]
+    if scale != "paper":
+        i = flags.index("--arch") if "--arch" in flags else None
+        flags = flags if i is None else flags[:i] + flags[i + 2:]
+    return flags
+
+
+def run_name(flags):
+    """A run's directory name from its flags, so that cells with the same flags share one run."""
+    f = dict(zip(flags[::2], flags[1::2]))
+    parts = [f["--mode"]] + ([f["--lc"]] if "--lc" in f else [])
+    parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
+    parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b") if k in f]
+    return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
+
+
+def jobs(preset, scale, seeds, sweep_dir, extra=()):
+    """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, and key (the
+    flags that make the run what it is, kept in its folder as sweep.json)."""
+    out, seen = [], set()
+    for seed in range(seeds):  # seed 0 of every cell first: a sweep cut short still fills the table
+        for t in PRESETS[preset]:
+            for row, col in grid(t, scale):
+                flags = cell_flags(t, row, col, scale)
+                name = f"{run_name(flags)}-s{seed}"
+                if name not in seen:
+                    seen.add(name)
+                    d = os.path.join(sweep_dir, name)
+                    key = SCALES[scale] + flags + ["--seed", str(seed)]
+                    out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, "--resume", *extra]))
+    return out
+
+
+# ---------------------------------------------------------------- running
+def run_jobs(todo, gpus=0):
+    """Run the unfinished jobs, `gpus` at a time (each sees one GPU) or one by one. Returns {name: error}."""
+    pending, failed, running = [], {}, {}
+    for i, job in enumerate(todo):
+        if not os.path.exists(os.path.join(job["dir"], "summary.json")):
+            pending.append((i, job))
+            continue
+        if not same_run(job["dir"], job["key"]):  # e.g. DEMO_FLAGS changed since
+            failed[job["name"]] = f"{job['dir']} finished with other flags; delete it or choose another --out"
+            print(f"[{i + 1}/{len(todo)}] {job['name']}: FAILED: {failed[job['name']]}", flush=True)
+        else:
+            print(f"[{i + 1}/{len(todo)}] {job['name']}: skipped (summary.json exists)", flush=True)
+    slots = list(range(gpus)) if gpus else [None]
+    try:
+        while pending or running:
+            for slot in slots:
+                if slot not in running and pending:
+                    running[slot] = start(*pending.pop(0), slot)
+            time.sleep(0.1)
+            for slot, r in list(running.items()):
+                if r["proc"].poll() is None:
+                    continue
+                del running[slot]
+                r["log"].close()
+                r["err"].close()
+                head = f"[{r['i'] + 1}/{len(todo)}] {r['job']['name']}"
+                if r["proc"].returncode == 0:
+                    with open(os.path.join(r["job"]["dir"], "summary.json")) as f:
+                        acc = json.load(f)[MEAN]
+                    print(f"{head}: {MEAN} {acc:.2f} ({time.time() - r['t0']:.0f}s)", flush=True)
+                    continue
+                with open(r["err"].name) as f:  # only what this attempt wrote
+                    f.seek(r["err_at"])
+                    lines = [ln.strip() for ln in f if ln.strip()]
+                failed[r["job"]["name"]] = lines[-1] if lines else f"exit code {r['proc'].returncode}"
+                print(f"{head}: FAILED: {failed[r['job']['name']]} (log: {r['err'].name})", flush=True)
+    except KeyboardInterrupt:  # each run's checkpoint lets the next sweep resume it
+        for r in running.values():
+            r["proc"].terminate()
+            r["proc"].wait()
+        raise
+    return failed
+
+
+def same_run(d, key):
+    """False when d's sweep.json says it ran with other flags (order aside); True when it has none."""
+    path = os.path.join(d, "sweep.json")
+    if not os.path.exists(path):
+        return True
+    with open(path) as f:
+        saved = json.load(f)
+    return dict(zip(saved[::2], saved[1::2])) == dict(zip(key[::2], key[1::2]))
+
+
+def start(i, job, slot):
+    os.makedirs(job["dir"], exist_ok=True)  # train.py only refuses dirs holding config/metrics/checkpoint
+    with open(os.path.join(job["dir"], "sweep.json"), "w") as f:
+        json.dump(job["key"], f)
+    log = open(os.path.join(job["dir"], "train.log"), "a")
+    err = open(os.path.join(job["dir"], "train.err"), "a")
+    env = dict(os.environ) if slot is None else dict(os.environ, CUDA_VISIBLE_DEVICES=str(slot))
+    proc = subprocess.Popen([sys.executable, TRAIN, *job["argv"]], stdout=log, stderr=err, env=env)
+    return dict(i=i, job=job, proc=proc, log=log, err=err, err_at=err.tell(), t0=time.time())
+
+
+# ---------------------------------------------------------------- tables
+def mean_std(values):
+    """(mean, sample std with ddof=1, n); std is None for one value."""
+    n = len(values)
+    m = sum(values) / n
+    return m, (math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else None), n
+
+
+def load_cells(t, scale, seeds, sweep_dir):
+    """{(row, col): (mean, std, n)} over the seeds whose summary.json exists (and was run with these
+    flags); cells with none are absent."""
+    cells = {}
+    for row in t["rows"]:
+        for col in t["cols"]:
+            flags = cell_flags(t, row[0], col[0], scale)
+            values = []
+            for seed in range(seeds):
+                d = os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}")
+                path = os.path.join(d, "summary.json")
+                if os.path.exists(path) and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)]):
+                    with open(path) as f:
+                        values.append(json.load(f)[col[3]])
+            if values:
+                cells[row[0], col[0]] = mean_std(values)
+    return cells
+
+
+def fmt(stat, seeds):
+    m, s, n = stat
+    text = f"{m:.2f}" if s is None else f"{m:.2f} ± {s:.2f}"
+    return text + (f" (n={n})" if n < seeds else "")
+
+
+def paper_of(t, row, col):
+    values = t["paper"].get(row)
+    return None if values is None else values[[c[0] for c in t["cols"]].index(col)]
+
+
+def render_table(t, cells, seeds):
+    lines = [f"## {t['title']}", "", "| | " + " | ".join(c[1] for c in t["cols"]) + " |",
+             "|---" * (len(t["cols"]) + 1) + "|"]
+    for row, label, _ in t["rows"]:
+        out = []
+        for col in t["cols"]:
+            p = paper_of(t, row, col[0])
+            out.append((fmt(cells[row, col[0]], seeds) if (row, col[0]) in cells else "not run")
+                       + ("" if p is None else f" (paper {p:.2f})"))
+        lines.append(f"| {label} | " + " | ".join(out) + " |")
+    keys = sorted({c[3] for c in t["cols"]})
+    return lines + ["", f"Cell: `{'`, `'.join(keys)}` of summary.json (final test accuracy, %), mean ± sample "
+                        f"std (ddof=1) over seeds; (n=k) when only k of {seeds} seeds finished.", ""]
+
+
+def knowledge_verdicts(t, cells):
+    """Table 1's claim per lc column: do CMD-S and CMD-P beat max(Zero, All) by more than the spread?"""
+    lines = ["### Does selecting confident knowledge beat zero and all knowledge?", "",
+             "Margin = CMD mean - max(Zero mean, All mean); spread = the largest std of the three cells.", ""]
+    for col, label, _, _ in t["cols"]:
+        got = {k: cells.get((k, col)) for k, _ in KNOWLEDGE}
+        if not any(got.values()):
+            continue
+        if not got["zero"] or not got["all"]:
+            lines.append(f"- {label}: Zero or All not run")
+            continue
+        best = max(("zero", "all"), key=lambda k: got[k][0])
+        base = ", ".join(f"{lab} {fmt(got[k], 0)}" for k, lab in KNOWLEDGE[:2])
+        for k, name in KNOWLEDGE[2:]:
+            if not got[k]:
+                lines.append(f"- {label}: {name} not run")
+                continue
+            margin = got[k][0] - got[best][0]
+            stds = [got[j][1] for j in ("zero", "all", k)]
+            text = f"- {label}: {name} {fmt(got[k], 0)} {'>' if margin > 0 else '≤'} max({base}) by {margin:.2f}"
+            if None in stds:
+                text += ", spread unknown (one seed): run --seeds 3 to decide"
+            else:
+                spread = max(stds)
+                beats = margin > spread
+                text += f" {'>' if beats else '≤'} spread {spread:.2f}: {'yes' if beats else 'no'}"
+            p, pz, pa = (paper_of(t, j, col) for j in (k, "zero", "all"))
+            lines.append(text + f" (paper: {p:.2f} vs {max(pz, pa):.2f}, by {p - max(pz, pa):.2f})")
+    return lines + ([] if len(lines) > 4 else ["No column has run yet."]) + [""]
+
+
+def render(preset, scale, seeds, sweep_dir, header, failed=None):
+    """The whole markdown file: header, one table per subtable, Table 1's verdicts, failed runs."""
+    lines = [f"# {preset} at {scale} scale", "", header, "",
+             f"train.py flags of every run at this scale: `{shlex.join(SCALES[scale])}`" +
+             ("" if scale == "paper" else "; synthetic data and every network the small cnn (Table 4's columns "
+                                          "are then one cnn pair's A, B and mean), so the measured numbers are "
+                                          "not comparable to the paper's, only their order is"), ""]
+    for t in PRESETS[preset]:
+        cells = load_cells(t, scale, seeds, sweep_dir)
+        lines += render_table(t, cells, seeds)
+        if t["key"] == "table1":
+            lines += knowledge_verdicts(t, cells)
+    if failed:
+        lines += ["## Failed runs", ""] + [f"- `{k}`: {v}" for k, v in sorted(failed.items())] + [""]
+    return "\n".join(lines)
+
+
+def hardware(argv, gpus):
+    import torch  # only here: --dry-run and the tests of the tables need no torch
+    cpu = "--device" in argv and argv[argv.index("--device") + 1] == "cpu"
+    if torch.cuda.is_available() and not cpu:
+        return f"{max(gpus, 1)} x {torch.cuda.get_device_name(0)}", torch.__version__
+    return f"CPU ({torch.get_num_threads()} threads)", torch.__version__
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("preset", choices=sorted(PRESETS))
+    p.add_argument("--scale", choices=("paper", "demo", "smoke"), default="paper",
+                   help="paper: CIFAR-100 and the paper's networks (GPU); demo: synthetic data and a small CNN, "
+                        "minutes on a CPU; smoke: seconds, for tests (default: paper)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1; cells show mean ± sample std")
+    p.add_argument("--out", default="sweeps", metavar="DIR",
+                   help="runs go in DIR/<preset>-<scale>/, the table in DIR/<preset>-<scale>.md")
+    p.add_argument("--gpus", type=int, default=0, help="run N at a time, run i with CUDA_VISIBLE_DEVICES=i")
+    p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if args.seeds < 1 or args.gpus < 0:
+        p.error("--seeds must be >= 1 and --gpus >= 0")
+    t0 = time.time()
+    sweep_dir = os.path.join(args.out, f"{args.preset}-{args.scale}")
+    todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
+    if args.dry_run:
+        for job in todo:
+            print(shlex.join(["python", "train.py", *job["argv"]]))
+        return 0
+    failed = run_jobs(todo, args.gpus)
+    hw, version = hardware(SCALES[args.scale] + extra, args.gpus)
+    trained = 0.0
+    for job in todo:
+        path = os.path.join(job["dir"], "summary.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                trained += json.load(f).get("seconds", 0)
+    header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | {hw} | torch {version} | "
+              f"wall {time.time() - t0:.0f}s this invocation, {trained:.0f}s of training in all runs | "
+              f"`{shlex.join(['python', 'sweep.py', *argv])}`")
+    path = sweep_dir + ".md"
+    os.makedirs(args.out, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed))
+    print(f"{len(todo)} runs, {len(failed)} failed; table: {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

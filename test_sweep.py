@@ -1,0 +1,194 @@
+"""sweep.py and plot.py: a smoke sweep end to end, resuming, a failing run, the table maths, the plots."""
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import plot
+import sweep
+import train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cli(script, *args, timeout=300):
+    return subprocess.run([sys.executable, os.path.join(HERE, script), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=HERE)
+
+
+def write(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(obj if isinstance(obj, str) else json.dumps(obj))
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One real smoke sweep shared by the tests below: table1, 2 seeds, 4 train.py runs, two at a time.
+
+    --gpus 2 exercises the pool that runs N at once; smoke runs pass --device cpu, so the
+    CUDA_VISIBLE_DEVICES=i each gets is moot and this works on a CPU-only machine. The sweep
+    with a failing run below goes the one-by-one way.
+    """
+    out = str(tmp_path_factory.mktemp("sweeps"))
+    return out, cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", out, "--gpus", "2")
+
+
+def test_smoke_sweep_writes_the_table_beside_the_paper(smoke):
+    out, res = smoke
+    assert res.returncode == 0, res.stdout + res.stderr
+    with open(os.path.join(out, "table1-smoke.md")) as f:
+        md = f.read()
+    assert "seeds 2" in md and "CPU (" in md and "torch " in md
+    assert re.search(r"`python sweep.py table1 --scale smoke --seeds 2 --out \S+ --gpus 2`", md)
+    assert len(re.findall(r"\| \d+\.\d\d ± \d+\.\d\d \(paper", md)) == 2  # the smoke grid: Zero/All x LS
+    assert md.count("not run (paper") == 14 and "not run (paper 69.09)" in md
+    accs = []
+    for seed in (0, 1):
+        with open(os.path.join(out, "table1-smoke", f"zero-ls-sym40-s{seed}", "summary.json")) as f:
+            accs.append(json.load(f)["test_acc_mean"])
+    mean, std = sum(accs) / 2, abs(accs[0] - accs[1]) / math.sqrt(2)  # sample std of two values
+    assert f"| Zero | {mean:.2f} ± {std:.2f} (paper 51.53) |" in md
+
+
+def test_a_second_sweep_skips_every_finished_run(smoke):
+    out, _ = smoke
+    summaries = sorted(glob.glob(os.path.join(out, "table1-smoke", "*", "summary.json")))
+    assert len(summaries) == 4
+    before = [os.stat(p).st_mtime_ns for p in summaries]
+    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", out)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("skipped (summary.json exists)") == 4
+    assert [os.stat(p).st_mtime_ns for p in summaries] == before
+
+
+def test_a_failed_run_is_reported_and_the_rest_of_the_grid_runs(tmp_path):
+    todo = sweep.jobs("table1", "smoke", 2, str(tmp_path / "table1-smoke"))
+    assert [j["name"] for j in todo] == ["zero-ls-sym40-s0", "all-ls-sym40-s0", "zero-ls-sym40-s1", "all-ls-sym40-s1"]
+    for job, acc in zip(todo[:2], (40.0, 42.0)):  # finished before: no training needed
+        write(os.path.join(job["dir"], "summary.json"), {"test_acc_mean": acc, "seconds": 1.0})
+    write(os.path.join(todo[1]["dir"], "sweep.json"), todo[1]["key"] + ["--epochs", "2"])  # finished, other flags
+    bad = todo[2]
+    write(os.path.join(bad["dir"], "config.json"), "{}")
+    write(os.path.join(bad["dir"], "checkpoint.pt"), "half a checkpoint")  # train.py --resume must refuse it
+    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", str(tmp_path))
+    assert res.returncode == 1
+    assert re.search(r"zero-ls-sym40-s1: FAILED: train.py: error: cannot resume: .*corrupt", res.stdout), res.stdout
+    assert "all-ls-sym40-s0: FAILED: " in res.stdout and "finished with other flags" in res.stdout
+    assert os.path.exists(os.path.join(todo[3]["dir"], "summary.json"))  # the run after the failure still ran
+    with open(tmp_path / "table1-smoke.md") as f:
+        md = f.read()
+    assert "| Zero | 40.00 (n=1) (paper 51.53) |" in md and "## Failed runs" in md and "`zero-ls-sym40-s1`" in md
+    assert re.search(r"\| All \| \d+\.\d\d \(n=1\) \(paper 53.63\) \|", md)  # the stale 42.0 is left out
+
+
+def fake_cell(sweep_dir, t, row, col, seed, acc):
+    name = sweep.run_name(sweep.cell_flags(t, row, col, "demo"))
+    write(os.path.join(sweep_dir, f"{name}-s{seed}", "summary.json"), {"test_acc_mean": acc})
+
+
+def test_cells_are_mean_and_sample_std_over_the_asked_seeds(tmp_path):
+    t = sweep.PRESETS["table1"][0]
+    for seed, acc in enumerate([60.0, 62.0, 67.0]):
+        fake_cell(tmp_path, t, "zero", "mylc", seed, acc)
+    fake_cell(tmp_path, t, "zero", "mylc", 3, 0.0)  # seed 3 is outside --seeds 3: ignored
+    fake_cell(tmp_path, t, "all", "mylc", 0, 50.0)
+    fake_cell(tmp_path, t, "all", "mylc", 2, 54.0)  # seed 1 missing
+    md = sweep.render("table1", "demo", 3, str(tmp_path), "header")
+    # mean 63, sample std sqrt(26 / 2) = 3.61 (the population std, ddof=0, would be 2.94)
+    assert "| Zero | not run (paper 51.53) | not run (paper 50.06) | not run (paper 62.75) | " \
+           "63.00 ± 3.61 (paper 65.04) |" in md
+    assert "| 52.00 ± 2.83 (n=2) (paper 61.11) |" in md
+    assert sweep.mean_std([5.0]) == (5.0, None, 1)
+
+
+def test_table1_verdict_compares_the_margin_with_the_spread(tmp_path):
+    t = sweep.PRESETS["table1"][0]
+    cells = {"zero": [58.0, 58.5, 57.5], "all": [57.0, 57.2, 57.4], "progressive": [61.2, 62.0, 62.8],
+             "static": [57.5, 58.5, 59.5]}
+    for row, accs in cells.items():
+        for seed, acc in enumerate(accs):
+            fake_cell(tmp_path, t, row, "mylc", seed, acc)
+    md = sweep.render("table1", "demo", 3, str(tmp_path), "header")
+    assert ("- MyLC: CMD-P 62.00 ± 0.80 > max(Zero 58.00 ± 0.50, All 57.20 ± 0.20) by 4.00 > spread 0.80: yes "
+            "(paper: 69.09 vs 65.04, by 4.05)") in md
+    assert "- MyLC: CMD-S 58.50 ± 1.00 > max(Zero 58.00 ± 0.50, All 57.20 ± 0.20) by 0.50 ≤ spread 1.00: no" in md
+
+
+def test_paper_numbers_fit_their_tables():
+    for tables in sweep.PRESETS.values():
+        for t in tables:
+            assert set(t["paper"]) <= {r[0] for r in t["rows"]}
+            assert all(len(v) == len(t["cols"]) for v in t["paper"].values())
+    assert sweep.paper_of(sweep.PRESETS["table2"][0], "progressive-mylc", "sym40") == 69.09
+    assert sweep.paper_of(sweep.PRESETS["table4"][0], "mkd", "shufflenetv2") == 47.72
+
+
+@pytest.mark.parametrize("preset", sorted(sweep.PRESETS))
+def test_every_command_passes_train_py_checks(preset):
+    for scale in sweep.SCALES:
+        todo = sweep.jobs(preset, scale, 2, "sweeps")
+        assert len({j["dir"] for j in todo}) == len(todo)
+        for job in todo:
+            args = train.resolve(train.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
+            assert args.dataset == ("cifar100" if scale == "paper" else "synthetic")
+            assert scale == "paper" or args.arch == "cnn,cnn"
+            assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")
+
+
+def test_demo_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it():
+    res = cli("sweep.py", "table1", "--scale", "demo", "--seeds", "3", "--dry-run")
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and len(lines) == 12
+    assert all(ln.startswith("python train.py " + " ".join(sweep.DEMO_FLAGS)) and "--lc mylc" in ln for ln in lines)
+    assert [ln.split("--mode ")[1].split()[0] for ln in lines[:4]] == ["zero", "all", "static", "progressive"]
+
+
+def fake_run(d, config, n_epochs=3):
+    cfg = dict(dict(mode="progressive", lc="mylc", noise="sym", rate=0.4, eta=4.0, b=-5.0, arch="cnn,cnn", seed=0,
+                    dataset="synthetic", epochs=n_epochs), **config)
+    write(os.path.join(d, "config.json"), cfg)
+    rows = [dict(epoch=e + 1, chi=1.0 / (e + 1), test_acc_a=50.0 + e, test_acc_b=49.0 + e, selected_b2a=0.5,
+                 selected_a2b=0.6, precision_b2a=0.9, precision_a2b=None, memorized_a=0.1, memorized_b=0.2)
+            for e in range(n_epochs)]
+    write(os.path.join(d, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_plot_writes_every_png_for_runs(smoke, tmp_path):
+    pytest.importorskip("matplotlib")
+    runs = [os.path.join(smoke[0], "table1-smoke", n) for n in ("zero-ls-sym40-s0", "all-ls-sym40-s0")]
+    fake_run(str(tmp_path / "fake"), {})
+    res = cli("plot.py", *runs, str(tmp_path / "fake"), "--out", str(tmp_path / "png"))
+    assert res.returncode == 0, res.stderr
+    for name in ("accuracy.png", "chi.png", "selection.png", "memorization.png"):
+        assert os.path.getsize(tmp_path / "png" / name) > 1000
+
+
+def test_plot_of_a_sweep_is_accuracy_against_b(tmp_path):
+    for rate, eta in ((0.2, 2.0), (0.6, 2.0), (0.6, 3.0)):
+        for b in (-5.0, 0.0, 5.0):
+            for seed in (0, 1):
+                d = tmp_path / f"r{rate}-eta{eta}-b{b}-s{seed}"
+                fake_run(str(d), dict(rate=rate, eta=eta, b=b, seed=seed))
+                write(str(d / "summary.json"), {"test_acc_mean": 60 + b + seed})
+    groups = plot.sweep_points(str(tmp_path))
+    assert len(groups) == 3 and all(g == {-5.0: [55, 56], 0.0: [60, 61], 5.0: [65, 66]} for g in groups.values())
+    pytest.importorskip("matplotlib")
+    res = cli("plot.py", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert os.path.getsize(tmp_path / "b_sweep.png") > 1000
+
+
+def test_plot_without_matplotlib_is_one_line_and_fails(tmp_path):
+    fake_run(str(tmp_path), {})
+    code = ("import sys, runpy; sys.modules['matplotlib'] = None; "
+            f"sys.argv = ['plot.py', {str(tmp_path)!r}]; runpy.run_path('plot.py', run_name='__main__')")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert res.returncode != 0
+    assert len(res.stderr.strip().splitlines()) == 1 and "pip install matplotlib" in res.stderr
+    assert not list(tmp_path.glob("*.png"))
