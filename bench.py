@@ -215,7 +215,7 @@ def main(argv=None):
     p.add_argument("--num-classes", type=int, default=100)
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--images", type=int, default=2048, help="synthetic training images for throughput")
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs for throughput")
+    p.add_argument("--epochs", type=int, default=2, help="timed epochs for throughput")
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers of the baseline pipeline")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10)
