@@ -90,7 +90,7 @@ def test_cifar100_malformed_pickle(tmp_path, content):
 
 # ------------------------------------------------------------------- Food-101
 
-def test_food101_layout_labels_and_transforms(tmp_path):
+def write_food101(tmp_path):
     root = tmp_path / "food-101"
     classes = ["apple_pie", "baby_back_ribs", "waffles"]
     # json key order differs from sorted order: the class index must still be sorted.
@@ -103,7 +103,11 @@ def test_food101_layout_labels_and_transforms(tmp_path):
     (root / "meta" / "train.json").write_text(json.dumps(train))
     (root / "meta" / "test.json").write_text(json.dumps(test))
     (root / "meta" / "classes.txt").write_text("\n".join(classes) + "\n")
+    return root
 
+
+def test_food101_layout_labels_and_transforms(tmp_path):
+    root = write_food101(tmp_path)
     d = load_dataset("food101", tmp_path, download=False)
     assert d.num_classes == 3 and d.mean == data.IMAGENET_MEAN
     assert isinstance(d.train, FileImages) and d.train.size == 224 and d.train.kind == "food101"

@@ -217,3 +217,39 @@ def test_training_step_is_sync_free_on_cuda(mode, lc):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert acc[0].item() == 5 * 128
+
+
+def fake_dataset(name, root):
+    """A tiny copy of the dataset's real on-disk format (builders shared with test_data.py)."""
+    import test_data
+    root.mkdir(parents=True)
+    if name == "cifar100":
+        test_data.write_cifar(root)
+        return []
+    if name == "food101":
+        test_data.write_food101(root)
+        return ["--image-size", "32"]
+    if name == "webvision":
+        test_data.write_webvision(root)
+        return ["--image-size", "32"]
+    test_data.write_folder(root)
+    return ["--image-size", "16"]
+
+
+@pytest.mark.filterwarnings("ignore:ILSVRC12")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("dataset", ["cifar100", "food101", "webvision", "folder"])
+@pytest.mark.parametrize("mode", train.MODES)
+def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
+    extra = fake_dataset(dataset, tmp_path / "data")
+    out = str(tmp_path / "run")
+    noise = ["--noise", "sym", "--rate", "0.4"] if dataset in ("cifar100", "folder") else []
+    summary = train.main(["--dataset", dataset, "--data-dir", str(tmp_path / "data"), "--arch", "cnn", "--epochs", "1",
+                          "--batch-size", "4", "--device", "cpu", "--workers", "0", "--mode", mode, "--out", out]
+                         + extra + noise)
+    assert 0 <= summary["test_acc_mean"] <= 100
+    if dataset == "webvision":  # the mini setting reports WebVision val and ILSVRC12 val
+        assert "ilsvrc12_val_acc_mean" in summary
+    row = metrics(out)[0]
+    assert math.isfinite(row["train_loss_a"]) and row["train_samples"] > 0
+    assert (row["precision_b2a"] is None) == (not noise or row["selected_b2a"] == 0)
