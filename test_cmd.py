@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, model_confidence,
                               mylc, one_hot, proselflc, tfkd_reg_loss)
 from losses import (cmd_distill, cmd_loss, cmd_objectives, entropy, kdcl_loss, log_probs, mkd_loss,
-                    paper_cmd_loss, soft_cross_entropy, t2s_kd_loss)
+                    paper_cmd_loss, t2s_kd_loss)
 from noise import add_noise, transition_matrix
 from schedule import chi, logistic
 
