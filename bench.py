@@ -7,7 +7,7 @@ loss_overhead -- time of cmd_loss + both label corrections (MyLC) on a batch of 
                  backward, over the time of two plain F.cross_entropy calls on the same logits
 step_ratio    -- one CMD mutual training step (both models: forward, backward, SGD) over two plain
                  cross-entropy steps of the same two models on the same batch; 1.00 is the floor
-paper_ratio   -- the appendix's CMDWithLoss (losses.paper_cmd_loss) over cmd_loss, same inputs
+paper_ratio   -- the appendix's CMDWithLoss (appendix_code.paper_cmd_loss) over cmd_loss, same inputs
 throughput    -- training images per second of the mutual pair (each image counted once) with the
                  device-resident pipeline and with a torchvision DataLoader pipeline; on CUDA also
                  fp32 against bf16 + channels_last
@@ -26,11 +26,13 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 
-import data
+import datasets
 import models
-import train
+from appendix_code import paper_cmd_loss
+from batches import Batches
 from label_correction import mylc, one_hot
-from losses import cmd_loss, log_probs, paper_cmd_loss
+from losses import cmd_loss, log_probs
+from mutual import Method, mutual_step
 
 
 def timed(fn, device, warmup, repeats):
@@ -104,7 +106,7 @@ def step_figures(args, device):
     x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device,
                     generator=g).contiguous(memory_format=fmt)
     y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
-    cfg = train.resolve(train.get_args(["--dataset", "synthetic", "--mode", "progressive", "--lc", "mylc"]))
+    method = Method(mode="progressive", lc="mylc")
     r = [torch.tensor(0.6, device=device)] * 2
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
 
@@ -120,8 +122,8 @@ def step_figures(args, device):
 
     scaler = torch.amp.GradScaler(device.type, enabled=False)
 
-    def cmd_step():  # exactly train.py's step, metrics included
-        train.train_step(nets, opts, scaler, autocast, x, y, y, 1.0, r, 0.5, cfg)
+    def cmd_step():  # exactly the step train.py runs, epoch sums included
+        mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
 
     # Interleave the two so that drift in machine load hits both alike.
     ce, cmd = [], []
@@ -151,10 +153,10 @@ class PILDataset(torch.utils.data.Dataset):
 
 def throughput_figures(args, device):
     """Images per second of the mutual pair: device-resident pipeline vs DataLoader, fp32 vs bf16 on CUDA."""
-    d = data.load_dataset("synthetic", None, synthetic_size=args.images, synthetic_classes=args.num_classes,
-                          synthetic_test_size=10)
+    d = datasets.load_dataset("synthetic", None, synthetic_size=args.images, synthetic_classes=args.num_classes,
+                              synthetic_test_size=10)
     labels = d.train.labels
-    cfg = train.resolve(train.get_args(["--dataset", "synthetic", "--mode", "progressive", "--lc", "mylc"]))
+    method = Method(mode="progressive", lc="mylc")
     out = {}
     precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
     for pipeline in ("device", "dataloader"):
@@ -164,8 +166,8 @@ def throughput_figures(args, device):
             autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=prec == "bf16")
             r = [torch.tensor(0.0, device=device)] * 2
             if pipeline == "device":
-                batches = data.Batches(d.train, labels, labels, args.batch_size, d.mean, d.std, device,
-                                       memory_format=fmt)
+                batches = Batches(d.train, labels=labels, clean=labels, batch_size=args.batch_size, mean=d.mean,
+                                  std=d.std, device=device, memory_format=fmt)
                 source = lambda epoch: batches.epoch(0, epoch)  # noqa: E731
             else:
                 loader = torch.utils.data.DataLoader(PILDataset(d.train.images, labels, d.mean, d.std),
@@ -183,7 +185,8 @@ def throughput_figures(args, device):
             def run_epoch(epoch):
                 n = 0
                 for x, y, _ in source(epoch):
-                    train.train_step(nets, opts, scaler, autocast, x, y, y, 1.0, r, 0.5, cfg)
+                    mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast,
+                                scaler=scaler)
                     n += len(y)
                 return n
 

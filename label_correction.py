@@ -8,16 +8,17 @@ label_smoothing         -- LS (Szegedy et al. 2016): p_tilde = u, fixed eps
 boot_soft               -- Boot-soft (Reed et al. 2015): p_tilde = p, fixed eps
 confidence_penalty_loss -- CP (Pereyra et al. 2017): H(q, p) - beta H(p), a loss
 proselflc               -- ProSelfLC (Wang et al. 2021): eps = s(t/Gamma - transit, b) * l(p)
-model_confidence        -- Eq. 8: r = 1 - sum_i H(p_i) / (n H(u))
+model_confidence        -- Eq. 8: r = 1 - sum_i H(p_i) / (n H(u)), from the predictions
+confidence_from_sum     -- Eq. 8 from sum_i H(p_i) and n, as the training loop accumulates them
 mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
 tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
-the appendix, and we read it as the same (READING-NOTES 4).
+the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
 
 What CMD distils for the loss-type methods: CP and Tf-KD_reg have no target of
 the form (1 - eps) q + eps p_tilde, so a model trained with them passes its peer
-the given label q (READING-NOTES 7). Selection still applies: the peer learns q
+the given label q (docs/paper-notes.md, "CP"). Selection still applies: the peer learns q
 only where this model is confident.
 """
 import math
@@ -44,16 +45,20 @@ def boot_soft(q, p, eps):
     return (1 - eps) * q + eps * p.detach()
 
 
-def confidence_penalty_loss(logits, q, beta):
+def confidence_penalty_loss(logits, q, beta, logp=None):
     """CP: mean_n [H(q, p) - beta H(p)]. A loss, not a target.
 
     logits: (N, K) with gradient; q: (N, K) constant target. Gradient flows through
     both terms, so confident (low-entropy) predictions are penalised.
+    logp: optional log_softmax(logits) in float32 that the caller already has
+    (losses.log_probs), so the training step computes it once.
     Models trained with CP distil q to their peer (see the module docstring).
     """
-    logp = F.log_softmax(logits.float(), dim=-1)
-    h = -(logp.exp() * logp).sum(-1)
-    return (-(q.detach() * logp).sum(-1) - beta * h).mean()
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    cross_entropy = -(q.detach() * logp).sum(-1)  # (N,) H(q, p)
+    h = -(logp.exp() * logp).sum(-1)              # (N,) H(p), with gradient
+    return (cross_entropy - beta * h).mean()
 
 
 def _trust(p, h):
@@ -80,10 +85,21 @@ def proselflc(q, p, progress, b, transit=0.5, h=None):
 def model_confidence(p):
     """Eq. 8: r = 1 - sum_i H(p_i) / (n H(u)) over the n predictions p (n, K). Returns a 0-dim tensor.
 
-    The training loop computes the same r from entropies it accumulates during an
-    epoch, for use in the next epoch (READING-NOTES 4).
+    The training loop never holds all n predictions at once: it adds up H(p_i)
+    during an epoch and calls confidence_from_sum, the same formula, for the next
+    epoch's r (the paper's "all samples" read as the previous epoch's training
+    samples; docs/paper-notes.md, "MyLC").
     """
-    return 1 - entropy(p).mean() / math.log(p.shape[-1])
+    return confidence_from_sum(entropy(p).sum(), p.shape[0], p.shape[-1])
+
+
+def confidence_from_sum(entropy_sum, n, num_classes):
+    """Eq. 8 from its sum: r = 1 - entropy_sum / (n H(u)), H(u) = ln K.
+
+    entropy_sum: sum_i H(p_i) over n predictions, a float or a 0-dim tensor (then
+    r is a tensor on the same device and nothing waits for it). Returns r.
+    """
+    return 1 - entropy_sum / (n * math.log(num_classes))
 
 
 @torch.no_grad()

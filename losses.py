@@ -2,15 +2,17 @@
 
 entropy            -- H(p) = -sum_k p_k ln p_k, the confidence measure of §3.1
 log_probs          -- log p and H(p) from logits, computed once and shared
-cmd_distill        -- Eqs. 3-4 from log-probabilities and entropies already computed
-cmd_loss           -- Eqs. 3-4 from logits: distil only the peer's confident targets
-cmd_objectives     -- Eqs. 5-6: L_A = H(q_A, p_A) + L_B2A and L_B = H(q_B, p_B) + L_A2B
 soft_cross_entropy -- H(q, p) per sample, for soft targets q
+cmd_distill        -- Eqs. 3-4, the form that trains: from log-probabilities and entropies
+                      the training step (mutual.py) has already computed
+cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your own loop
+cmd_objectives     -- Eqs. 5-6 fused: L_A = mean H(q_A + m_b2a q_B, p_A), L_B mirrored
 t2s_kd_loss        -- Eq. 1: teacher-to-student KD
 mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowledge, KL form
 kdcl_loss          -- KDCL-MinLogit (Guo et al. 2020), the ensemble-teacher baseline of Table 4
-paper_cmd_loss     -- the appendix's CMDWithLoss, transcribed literally (device-agnostic);
-                      a reference for tests and bench.py, not for training
+
+The appendix's own code (CMDWithLoss) is transcribed in appendix_code.py, as a
+test oracle.
 
 Targets q are constants: every loss here detaches them, and detaches whatever
 comes from the peer, so a distillation term only ever trains the student side.
@@ -53,8 +55,8 @@ def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
     L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0;  L_A2B = H(q_A, p_B) where H(p_A) < chi, else 0.
     logp_*: (N, K) log-probabilities; q_*: (N, K) corrected targets; h_*: (N,) entropies;
     chi: float (or 0-dim tensor). Selection is strict (<), as in the appendix code.
-    Each sum is divided by N, the batch size, not by the number selected (appendix
-    code, READING-NOTES 3). Gradient flows only into logp_a through L_B2A and only
+    Each sum is divided by N, the batch size, not by the number selected (as the
+    appendix code does; Eqs. 3-4 alone do not say). Gradient flows only into logp_a through L_B2A and only
     into logp_b through L_A2B: q_* and h_* are treated as constants.
     Returns (loss_b2a, loss_a2b, m_b2a, m_a2b); m_* are the (N,) float 0/1 masks of
     the samples whose knowledge passed chi, for diagnostics.
@@ -70,16 +72,33 @@ def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
 def cmd_loss(logits_a, logits_b, q_a, q_b, chi):
     """Eqs. 3-4. L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0 (and A2B alike).
 
-    logits_*: (N, K). q_*: (N, K) corrected targets, treated as constants.
+    logits_*: (N, K). q_*: the targets, treated as constants: (N, K) corrected
+    (soft) targets, or (N,) integer class labels, which mean one-hot rows.
     chi: float, from schedule.chi (Eq. 7).
     Each sum is divided by N, the batch size, as in the paper's appendix code.
     Returns (loss_b2a, loss_a2b), two scalars; loss_b2a trains only A, loss_a2b only B.
     No host sync: masks are multiplied in, so it also runs on `meta` tensors.
     """
+    q_a, q_b = as_targets(q_a, logits_a, "q_a"), as_targets(q_b, logits_b, "q_b")
     logp_a, h_a = log_probs(logits_a)
     logp_b, h_b = log_probs(logits_b)
     loss_b2a, loss_a2b, _, _ = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
     return loss_b2a, loss_a2b
+
+
+def as_targets(q, logits, name="q"):
+    """q as (N, K) target rows: (N,) integer labels become one-hot, (N, K) floats pass through.
+
+    Anything else raises ValueError naming the shapes, rather than broadcasting
+    (N,) against (N, K) into a wrong number when N == K.
+    """
+    n, k = logits.shape
+    if q.shape == (n,) and not q.is_floating_point() and not q.is_complex():
+        return F.one_hot(q.long(), k).to(torch.float32)
+    if q.shape == (n, k) and q.is_floating_point():
+        return q
+    raise ValueError(f"{name} must be (N,) integer class labels or (N, K) float targets for logits of shape "
+                     f"(N, K) = {tuple(logits.shape)}; got {q.dtype} {tuple(q.shape)}")
 
 
 def cmd_objectives(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
@@ -135,7 +154,7 @@ def kdcl_loss(logits_a, logits_b, labels, T=2.0, lam=1.0):
     students' logits after each is shifted so its given-label logit is 0;
     p_t = softmax(z_t / T) is a constant. We use MinLogit because it needs no
     held-out data (the Linear variant does) and T = 2, lam = 1 as defaults; no public
-    KDCL code was found to compare with (READING-NOTES, KDCL).
+    KDCL code was found to compare with.
     logits_*: (N, K); labels: (N,) int64. Returns (loss_a, loss_b).
     """
     za, zb = logits_a.float(), logits_b.float()
@@ -148,30 +167,3 @@ def kdcl_loss(logits_a, logits_b, labels, T=2.0, lam=1.0):
         kl = _kl(logp_t, F.log_softmax(z / T, dim=-1)).mean()
         losses.append(F.cross_entropy(z, labels) + lam * T * T * kl)
     return losses[0], losses[1]
-
-
-def paper_cmd_loss(qA, qB, pA, pB, threshold):
-    """The appendix's CMDWithLoss.forward, transcribed literally.
-
-    Only `.cuda()` became `device=hpA.device`, so it runs anywhere. It keeps the
-    paper's log(p + 1e-6), nonzero() indexing and Python sum(), which sync with
-    the host. pA, pB are probabilities (N, K). Used by the tests and bench.py.
-    """
-    hpA = torch.sum(-pA * torch.log(pA + 1e-6), 1)
-    hpB = torch.sum(-pB * torch.log(pB + 1e-6), 1)
-
-    threshold_l = threshold * torch.ones(len(hpA), device=hpA.device)
-
-    indexA = (hpB < threshold_l).nonzero()
-    indexB = (hpA < threshold_l).nonzero()
-
-    lossB2A = torch.sum(qB[indexA].squeeze(1) *
-                        (-torch.log(pA[indexA].squeeze(1) + 1e-6)), 1)
-    lossA2B = torch.sum(qA[indexB].squeeze(1) *
-                        (-torch.log(pB[indexB].squeeze(1) + 1e-6)), 1)
-
-    lossB2A = sum(lossB2A) / len(hpA)
-    lossA2B = sum(lossA2B) / len(hpB)
-
-    return lossB2A, lossA2B
-

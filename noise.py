@@ -6,7 +6,7 @@ add_noise         -- draw each sample's noisy label from its row of T, reproduci
 Symmetric noise changes a label "uniformly to one of the other classes with a
 probability of noise rate r": a flipped label is always a different class, so the
 realised noise rate is r, not r (K - 1)/K as in code that draws from all K
-classes (READING-NOTES 8). Pair-flip noise moves a label to its adjacent class
+classes. Pair-flip noise moves a label to its adjacent class
 c + 1 mod K (Han et al. 2018, Co-teaching).
 """
 import numpy as np

@@ -32,7 +32,7 @@ def chi(t, total, num_classes, eta, b):
     """Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b), with H(u) = ln K.
 
     The typeset Eq. 7 lost its 0.5 ("2s(t/Gamma - , b)"); the CMD-S paragraph,
-    2s(t/Gamma - 0.5, 0) = 1, shows the intended form (READING-NOTES 1).
+    2s(t/Gamma - 0.5, 0) = 1, shows the intended form.
 
     t:     training progress in epochs; may be fractional (iteration / iters per epoch).
     total: Gamma, the total number of epochs.

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, model_confidence,
-                              mylc, one_hot, proselflc, tfkd_reg_loss)
-from losses import (cmd_distill, cmd_loss, cmd_objectives, entropy, kdcl_loss, log_probs, mkd_loss,
-                    paper_cmd_loss, t2s_kd_loss)
+from appendix_code import paper_cmd_loss
+from label_correction import (boot_soft, confidence_from_sum, confidence_penalty_loss, label_smoothing,
+                              model_confidence, mylc, one_hot, proselflc, tfkd_reg_loss)
+from losses import cmd_distill, cmd_loss, cmd_objectives, entropy, kdcl_loss, log_probs, mkd_loss, t2s_kd_loss
 from noise import add_noise, transition_matrix
 from schedule import chi, logistic
 
@@ -163,6 +163,26 @@ def test_cmd_loss_runs_on_meta_tensors():
     assert la.device.type == "meta" and ma.shape == (32,)
 
 
+def test_cmd_loss_takes_integer_labels_as_one_hot_targets():
+    for n, k in [(64, K), (K, K), (7, 3)]:  # N == K is the case a silent broadcast would get wrong
+        za, zb, _, _ = batch(n=n, k=k)
+        ya, yb = torch.randint(0, k, (n,)), torch.randint(0, k, (n,))
+        for chi_value in [0.5 * math.log(k), 2 * math.log(k)]:
+            got = cmd_loss(za, zb, ya, yb, chi_value)
+            want = cmd_loss(za, zb, one_hot(ya, k), one_hot(yb, k), chi_value)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        b2a, _ = cmd_loss(za, zb, ya, yb, 2 * math.log(k))  # all knowledge: plain CE to B's labels
+        assert torch.allclose(b2a, F.cross_entropy(za, yb))
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(8), torch.zeros(8, 5), torch.zeros(8, K, dtype=torch.long),
+                                 torch.zeros(4, K), torch.zeros(8, 1, K), torch.zeros(K, dtype=torch.long)])
+def test_cmd_loss_refuses_other_target_shapes(bad):
+    za, zb, qa, _ = batch(n=8)
+    with pytest.raises(ValueError, match="q_b must be .N,. integer class labels or .N, K. float targets"):
+        cmd_loss(za, zb, qa, bad, 1.0)
+
+
 def test_cmd_objectives_is_self_kd_plus_distillation():
     za, zb, qa, qb = batch()
     logp_a, h_a = log_probs(za)
@@ -267,6 +287,16 @@ def test_mylc_eps_formula_and_model_confidence():
     assert torch.allclose(mylc(q, p, r.item(), 10.0, h=entropy(p)), (1 - eps) * q + eps * p, atol=1e-6)
 
 
+def test_confidence_from_sum_is_eq8_of_the_summed_entropies():
+    p = F.softmax(3 * torch.randn(50, K), -1)
+    h = entropy(p)
+    assert torch.allclose(confidence_from_sum(h.sum(), 50, K), model_confidence(p))
+    chunks = sum(entropy(c).sum() for c in p.split(16))  # as the training loop adds it up, batch by batch
+    assert torch.allclose(confidence_from_sum(chunks, 50, K), model_confidence(p))
+    assert confidence_from_sum(50 * math.log(K), 50, K) == pytest.approx(0.0)  # uniform: r = 0
+    assert confidence_from_sum(0.0, 50, K) == 1.0  # one-hot: r = 1
+
+
 def test_confidence_penalty_loss():
     z = torch.randn(8, K, requires_grad=True)
     q = one_hot(torch.randint(0, K, (8,)), K)
@@ -274,6 +304,11 @@ def test_confidence_penalty_loss():
     expected = F.cross_entropy(z, q) - beta * entropy(F.softmax(z, -1)).mean()
     assert torch.allclose(confidence_penalty_loss(z, q, beta), expected)
     assert torch.allclose(confidence_penalty_loss(z, q, 0.0), F.cross_entropy(z, q))
+    logp = F.log_softmax(z, -1)  # the training step passes the log-probabilities it already has
+    assert torch.equal(confidence_penalty_loss(z, q, beta, logp=logp), confidence_penalty_loss(z, q, beta))
+    g1, = torch.autograd.grad(confidence_penalty_loss(z, q, beta), z)
+    g2, = torch.autograd.grad(expected, z)
+    assert torch.allclose(g1, g2, atol=1e-6)  # the entropy term carries gradient: confident p is penalised
 
 
 @pytest.mark.filterwarnings("ignore:reduction")  # nn.KLDivLoss()'s 'mean', kept as the authors wrote it

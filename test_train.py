@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import train
+from mutual import LCS, Method, mutual_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -50,7 +51,7 @@ def test_cli_run_writes_every_file_with_its_keys(tmp_path):
     assert ckpt["epoch"] == 2 and {"model_a", "model_b", "opt_a", "opt_b", "sched_a", "sched_b", "rng_cpu"} <= set(ckpt)
 
 
-@pytest.mark.parametrize("mode,lc", [(m, lc) for m in ("zero", "all", "static", "progressive") for lc in train.LCS]
+@pytest.mark.parametrize("mode,lc", [(m, lc) for m in ("zero", "all", "static", "progressive") for lc in LCS]
                          + [("mkd", None), ("kdcl", None)])
 def test_every_mode_and_lc_trains(tmp_path, mode, lc):
     argv = TINY + ["--epochs", "1", "--mode", mode, "--out", str(tmp_path / "r")] + (["--lc", lc] if lc else [])
@@ -181,7 +182,7 @@ def test_checkpoint_loading_refuses_pickled_code(tmp_path, capsys):
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
     out = str(tmp_path / "r")
     with pytest.raises(SystemExit) as e:  # lr jumps to 1e33 after epoch 1
-        train.main(TINY + ["--epochs", "3", "--lr", "0.01", "--milestones", "1", "--gamma", "1e35", "--out", out])
+        train.main(TINY + ["--epochs", "3", "--lr", "0.01", "--milestones", "1", "--lr-decay", "1e35", "--out", out])
     assert e.value.code == 2 and "NaN" in capsys.readouterr().err
     assert torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)["epoch"] == 1
     assert len(metrics(out)) == 1
@@ -191,29 +192,31 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
 @pytest.mark.parametrize("mode,lc", [("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"),
                                      ("mkd", None), ("kdcl", None)])
 def test_training_step_is_sync_free_on_cuda(mode, lc):
-    import data
+    import datasets
+    from batches import Batches
     device = torch.device("cuda")
-    args = train.resolve(train.get_args(["--dataset", "synthetic", "--mode", mode] + (["--lc", lc] if lc else [])))
-    d = data.load_dataset("synthetic", None, synthetic_size=1024, synthetic_classes=10)
+    method = Method(mode=mode, lc=lc or "ce", eta=None if mode in ("mkd", "kdcl") else 4.0)
+    d = datasets.load_dataset("synthetic", None, synthetic_size=1024, synthetic_classes=10)
     torch.manual_seed(0)
     nets = [train.models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
     opts = [torch.optim.SGD(n.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4) for n in nets]
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     autocast = dict(device_type="cuda", dtype=torch.bfloat16, enabled=True)
     r = [torch.zeros((), device=device), torch.zeros((), device=device)]
-    batches = data.Batches(d.train, d.train.labels, d.train.labels, 128, d.mean, d.std, device,
-                           memory_format=torch.channels_last)
+    batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, batch_size=128, mean=d.mean, std=d.std,
+                      device=device, memory_format=torch.channels_last)
     it = batches.epoch(0, 0)
-    acc = torch.zeros(train.STATS, device=device)
+    step = dict(method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
+    acc = 0
     for i in range(3):  # warm-up: lazy state such as momentum buffers
         x, y, y_clean = next(it)
-        acc += train.train_step(nets, opts, scaler, autocast, x, y, y_clean, 1.0, r, 0.5, args)
+        acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for i in range(2):
             x, y, y_clean = next(it)
-            acc += train.train_step(nets, opts, scaler, autocast, x, y, y_clean, 1.0, r, 0.5, args)
+            acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert acc[0].item() == 5 * 128
@@ -221,7 +224,7 @@ def test_training_step_is_sync_free_on_cuda(mode, lc):
 
 def fake_dataset(name, root):
     """A tiny copy of the dataset's real on-disk format (builders shared with test_data.py)."""
-    import test_data
+    import test_datasets as test_data
     root.mkdir(parents=True)
     if name == "cifar100":
         test_data.write_cifar(root)

@@ -1,6 +1,5 @@
-"""Tests for data.py: each loader reads a tiny fake copy of its real on-disk format,
-built in tmp_path, through load_dataset (the code users run); augment_batch agrees
-with a per-image Python loop."""
+"""Tests for datasets.py and synthetic.py: each loader reads a tiny fake copy of its real
+on-disk format, built in tmp_path, through load_dataset (the code users run)."""
 import json
 import os
 import pickle
@@ -11,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-import data
-from data import DataError, FileImages, TensorImages, load_dataset
+import batches
+import datasets
+from datasets import DataError, FileImages, TensorImages, load_dataset
 
 
 def save_image(path, size=(20, 16), colour=(200, 30, 90), mode="RGB"):
@@ -70,7 +70,7 @@ def test_cifar100_missing_folder(tmp_path):
 def test_cifar100_failed_download_says_where_to_put_files(tmp_path, monkeypatch):
     def offline(*args, **kwargs):  # stands in for the network only, not for our loader
         raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
-    monkeypatch.setattr(data.torchvision.datasets, "CIFAR100", offline)
+    monkeypatch.setattr(datasets.torchvision.datasets, "CIFAR100", offline)
     with pytest.raises(DataError) as err:
         load_dataset("cifar100", tmp_path, download=True)
     msg = one_line(err)
@@ -109,7 +109,7 @@ def write_food101(tmp_path):
 def test_food101_layout_labels_and_transforms(tmp_path):
     root = write_food101(tmp_path)
     d = load_dataset("food101", tmp_path, download=False)
-    assert d.num_classes == 3 and d.mean == data.IMAGENET_MEAN
+    assert d.num_classes == 3 and d.mean == datasets.IMAGENET_MEAN
     assert isinstance(d.train, FileImages) and d.train.size == 224 and d.train.kind == "food101"
     got = dict(zip(d.train.paths, d.train.labels.tolist()))
     assert got == {str(root / "images" / "waffles" / "3.jpg"): 2, str(root / "images" / "waffles" / "4.jpg"): 2,
@@ -118,7 +118,7 @@ def test_food101_layout_labels_and_transforms(tmp_path):
     assert d.tests["test"].labels.tolist() == [0, 1, 2]
 
     for train_mode in (True, False):
-        ds = data.IndexedFiles(d.train, data.file_transforms("food101", 224, train_mode, d.mean, d.std))
+        ds = batches.IndexedFiles(d.train, batches.file_transforms("food101", 224, train_mode, d.mean, d.std))
         x, i = ds[1]
         assert len(ds) == 4 and i == 1 and x.shape == (3, 224, 224) and x.dtype == torch.float32
         # uniform image of colour (200, 30, 90): every pixel normalises to the same value
@@ -136,7 +136,7 @@ def test_indexed_files_names_a_corrupt_image(tmp_path):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8 truncated")
     files = FileImages([str(bad)], np.zeros(1, np.int64), 32, "folder")
-    ds = data.IndexedFiles(files, data.file_transforms("folder", 32, True, data.IMAGENET_MEAN, data.IMAGENET_STD))
+    ds = batches.IndexedFiles(files, batches.file_transforms("folder", 32, True, datasets.IMAGENET_MEAN, datasets.IMAGENET_STD))
     with pytest.raises(DataError) as err:
         ds[0]
     assert str(bad) in one_line(err)
@@ -177,7 +177,7 @@ def test_webvision_mini_setting(tmp_path):
     il = d.tests["ilsvrc12_val"]
     assert il.labels.tolist() == [3, 3, 7]  # the wnid's line in synsets.txt
     assert all(f"{os.sep}n00000003{os.sep}" in p for p in il.paths[:2])
-    x, i = data.IndexedFiles(il, data.file_transforms("webvision", 64, False, d.mean, d.std))[2]
+    x, i = batches.IndexedFiles(il, batches.file_transforms("webvision", 64, False, d.mean, d.std))[2]
     assert x.shape == (3, 64, 64) and i == 2
 
 
@@ -192,7 +192,7 @@ def test_webvision_missing_info_points_to_download_page(tmp_path):
     with pytest.raises(DataError) as err:
         load_dataset("webvision", tmp_path)
     msg = one_line(err)
-    assert str(tmp_path / "info") in msg and data.WEBVISION_URL in msg
+    assert str(tmp_path / "info") in msg and datasets.WEBVISION_URL in msg
 
 
 # -------------------------------------------------------------- image folder
@@ -252,15 +252,15 @@ def test_folder_large_images_are_read_from_disk(tmp_path):
     d = load_dataset("folder", tmp_path, image_size=96)
     assert isinstance(d.train, FileImages) and d.train.size == 96 and d.train.kind == "folder"
     assert len(d.tests["test"].paths) == 6
-    x, _ = data.IndexedFiles(d.train, data.file_transforms("folder", 96, True, d.mean, d.std))[1]
+    x, _ = batches.IndexedFiles(d.train, batches.file_transforms("folder", 96, True, d.mean, d.std))[1]
     assert x.shape == (3, 96, 96)
 
 
 # ------------------------------------------------------------------ synthetic
 
 def nearest_class_mean_accuracy(d):
-    a = data.normalize(d.train.images, d.mean, d.std).flatten(1)
-    b = data.normalize(d.tests["test"].images, d.mean, d.std).flatten(1)
+    a = batches.normalize(d.train.images, d.mean, d.std).flatten(1)
+    b = batches.normalize(d.tests["test"].images, d.mean, d.std).flatten(1)
     y = torch.from_numpy(d.train.labels)
     means = torch.stack([a[y == c].mean(0) for c in range(d.num_classes)])
     pred = torch.cdist(b, means).argmin(1).numpy()
@@ -300,127 +300,17 @@ def test_synthetic_bad_sizes():
         load_dataset("synthetic", None, synthetic_size=5, synthetic_classes=10)
 
 
-# ------------------------------------------------------------- augmentation
-
-def augment_loop(images, offsets, flips, pad=4):
-    """The per-image reference: pad, slice, maybe flip."""
-    out = []
-    h, w = images.shape[2:]
-    for img, (dy, dx), flip in zip(images, offsets.tolist(), flips.tolist()):
-        crop = F.pad(img, (pad,) * 4)[:, dy:dy + h, dx:dx + w]
-        out.append(torch.flip(crop, dims=[2]) if flip else crop)
-    return torch.stack(out)
-
-
-def test_augment_batch_equals_per_image_loop():
-    g = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (64, 3, 8, 12), dtype=torch.uint8, generator=g)  # H != W
-    offsets = torch.randint(0, 9, (64, 2), generator=g)
-    flips = torch.rand(64, generator=g) < 0.5
-    out = data.augment_batch(images, offsets=offsets, flips=flips)
-    assert out.dtype == torch.uint8 and out.shape == images.shape
-    assert torch.equal(out, augment_loop(images, offsets, flips))
-
-
-def test_augment_batch_random_draws():
-    # A 9x9 image whose pixels encode their position: pixel (4, 4) of a crop is
-    # source pixel (dy, dx) with or without a flip, so the draws can be read back.
-    n = 8100
-    src = (1 + torch.arange(81)).view(1, 1, 9, 9).expand(n, 3, 9, 9).to(torch.uint8)
-    out = data.augment_batch(src, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(out, data.augment_batch(src, generator=torch.Generator().manual_seed(1)))
-    assert not torch.equal(out, data.augment_batch(src, generator=torch.Generator().manual_seed(2)))
-    assert set(out.unique().tolist()) <= set(range(82))  # only source pixels and the zero padding
-    pos = out[:, 0, 4, 4].long() - 1
-    offsets = torch.stack([pos // 9, pos % 9], 1)
-    counts = torch.bincount(pos, minlength=81)
-    assert counts.min() > 50 and counts.max() < 150  # all 81 offsets, ~uniform (100 each)
-    flips = ~(out == augment_loop(src, offsets, torch.zeros(n, dtype=torch.bool))).flatten(1).all(1)
-    assert torch.equal(out, augment_loop(src, offsets, flips))
-    assert 0.45 < flips.float().mean() < 0.55
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_augment_batch_on_gpu_matches_loop():
-    g = torch.Generator(device="cuda").manual_seed(0)
-    images = torch.randint(0, 256, (32, 3, 32, 32), dtype=torch.uint8, device="cuda", generator=g)
-    offsets = torch.randint(0, 9, (32, 2), device="cuda", generator=g)
-    flips = torch.rand(32, device="cuda", generator=g) < 0.5
-    out = data.augment_batch(images, offsets=offsets, flips=flips)
-    assert torch.equal(out.cpu(), augment_loop(images.cpu(), offsets.cpu(), flips.cpu()))
-    assert data.augment_batch(images, generator=g).device == images.device
-
-
-def test_normalize_matches_formula_and_keeps_memory_format():
-    x = torch.randint(0, 256, (4, 3, 5, 6), dtype=torch.uint8)
-    mean, std = data.CIFAR100_MEAN, data.CIFAR100_STD
-    want = (x.float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
-    y = data.normalize(x, mean, std)
-    assert y.dtype == torch.float32 and torch.allclose(y, want, atol=1e-5)
-    xc = x.contiguous(memory_format=torch.channels_last)
-    yc = data.normalize(xc, mean, std)
-    assert yc.is_contiguous(memory_format=torch.channels_last) and torch.allclose(yc, want, atol=1e-5)
-
 
 def test_unknown_dataset():
     with pytest.raises(DataError, match="cifar100"):
         load_dataset("imagenet", "/nowhere")
 
 
-# ----------------------------------------------------------- take, Batches
-
 def test_take_subsets_both_kinds():
     d = load_dataset("synthetic", None, synthetic_size=20, synthetic_test_size=5, synthetic_classes=2)
     idx = np.array([3, 0, 7])
-    sub = data.take(d.train, idx)
+    sub = datasets.take(d.train, idx)
     assert torch.equal(sub.images, d.train.images[idx]) and sub.labels.tolist() == d.train.labels[idx].tolist()
     files = FileImages([f"{i}.jpg" for i in range(10)], np.arange(10, dtype=np.int64), 32, "folder")
-    sub = data.take(files, idx)
+    sub = datasets.take(files, idx)
     assert sub.paths == ["3.jpg", "0.jpg", "7.jpg"] and sub.labels.tolist() == [3, 0, 7] and sub[2:] == (32, "folder")
-
-
-def drain(batches, seed=0, epoch=0):
-    return [(x, y.tolist(), c.tolist()) for x, y, c in batches.epoch(seed, epoch)]
-
-
-def test_batches_in_memory_order_sharding_and_resume():
-    d = load_dataset("synthetic", None, synthetic_size=10, synthetic_test_size=5, synthetic_classes=2)
-    ids = np.arange(10) * 10  # a label that names its sample
-    make = lambda **k: data.Batches(d.train, ids, ids + 1, 4, d.mean, d.std, "cpu", **k)  # noqa: E731
-    one = drain(make())
-    assert make().steps() == len(one) == 3  # 4 + 4 + 2
-    assert sorted(sum([y for _, y, _ in one], [])) == ids.tolist()
-    assert all(c == [v + 1 for v in y] for _, y, c in one)
-    again, other = drain(make()), drain(make(), epoch=1)
-    assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(one, again))  # (seed, epoch) fixes it
-    assert [y for _, y, _ in one] != [y for _, y, _ in other]
-    # two ranks: same steps, disjoint shards of the same global batches; the last
-    # batch (2 samples) cannot give both ranks 2, so it is dropped
-    r0, r1 = drain(make(rank=0, world=2)), drain(make(rank=1, world=2))
-    assert len(r0) == len(r1) == make(world=2).steps() == 2
-    assert [sorted(a[1] + b[1]) for a, b in zip(r0, r1)] == [sorted(y) for _, y, _ in one[:2]]
-    x = one[0][0]
-    assert x.dtype == torch.float32 and x.shape == (4, 3, 32, 32)
-
-
-def test_batches_eval_is_every_sample_in_order_unaugmented():
-    d = load_dataset("synthetic", None, synthetic_size=10, synthetic_test_size=7, synthetic_classes=2)
-    t = d.tests["test"]
-    b = data.Batches(t, t.labels, t.labels, 3, d.mean, d.std, "cpu", memory_format=torch.channels_last, train=False)
-    got = drain(b)
-    assert b.steps() == len(got) == 3 and sum([y for _, y, _ in got], []) == t.labels.tolist()
-    x = torch.cat([x for x, _, _ in got])
-    assert got[0][0].is_contiguous(memory_format=torch.channels_last)
-    assert torch.allclose(x, data.normalize(t.images, d.mean, d.std), atol=1e-6)
-
-
-def test_batches_from_files(tmp_path):
-    write_folder(tmp_path)
-    d = load_dataset("folder", tmp_path, image_size=72)
-    ids = np.arange(6)
-    train = data.Batches(d.train, ids, ids, 4, d.mean, d.std, "cpu")
-    got = drain(train)
-    assert [len(y) for _, y, _ in got] == [4, 2] and sorted(sum([y for _, y, _ in got], [])) == ids.tolist()
-    assert got[0][0].shape == (4, 3, 72, 72) and got[0][0].dtype == torch.float32
-    test = data.Batches(d.tests["test"], ids, ids, 4, d.mean, d.std, "cpu", train=False)
-    assert sum([y for _, y, _ in drain(test)], []) == ids.tolist()

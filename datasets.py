@@ -1,20 +1,17 @@
-"""Datasets and augmentation (paper appendix, "Datasets and Data Augmentation").
+"""Datasets, read from the on-disk layouts they are distributed in (paper appendix, "Datasets").
 
-DATASETS        -- the names load_dataset accepts
-DataError       -- bad or missing data; its message is one line that says what to do
-TensorImages    -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar100, synthetic, small folders
-FileImages      -- a dataset read from disk by DataLoader workers: food101, webvision, large folders
-Data            -- train set, named test sets, number of classes, normalisation mean/std
-load_dataset    -- name -> Data, from the on-disk layout each dataset is distributed in
-augment_batch   -- the CIFAR augmentation (pad 4, random crop, flip) for a whole batch on its device
-normalize       -- uint8 (N, 3, H, W) -> float (x/255 - mean)/std
-file_transforms -- the paper's crops for Food-101 and WebVision, as torchvision transforms
-IndexedFiles    -- Dataset over FileImages that returns (image, index); labels stay with the caller
-take            -- the subset of a TensorImages / FileImages at some indices (validation split)
-Batches         -- an epoch's (x, y, y_clean) batches on the device, sharded over DDP ranks
+DATASETS     -- the names load_dataset accepts
+DataError    -- bad or missing data; its message is one line that says what to do
+TensorImages -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar100, synthetic, small folders
+FileImages   -- a dataset read from disk by DataLoader workers: food101, webvision, large folders
+Data         -- train set, named test sets, number of classes, normalisation mean/std
+load_dataset -- name -> Data
+take         -- the subset of a TensorImages / FileImages at some indices (validation split)
+open_image   -- open one image file; a bad file becomes a DataError naming it
 
 Labels returned here are the *given* labels: clean for cifar100, folder and
 synthetic (train.py adds synthetic noise), real-noisy for food101 and webvision.
+How batches are drawn and augmented is batches.py.
 """
 import json
 import os
@@ -30,11 +27,11 @@ import torchvision.transforms as T
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
+from synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, make_synthetic
+
 DATASETS = ("cifar100", "food101", "webvision", "folder", "synthetic")
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-# The synthetic generator is built to have pixel mean ~128 and std ~57 in every channel.
-SYNTHETIC_MEAN, SYNTHETIC_STD = (0.5, 0.5, 0.5), (0.225, 0.225, 0.225)
 WEBVISION_URL = "https://data.vision.ee.ethz.ch/cvl/webvision/download.html"
 
 
@@ -85,13 +82,18 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
 
     image_size: food101/webvision/folder crop size (default 224/299/224); the side
     of synthetic images (default 32); cifar100 accepts only None or 32.
-    seed and synthetic_*: only the synthetic generator reads them (see _synthetic).
+    seed and synthetic_*: only the synthetic generator reads them (synthetic.py).
     """
     if name not in DATASETS:
         raise DataError(f"unknown dataset '{name}'; choose from {', '.join(DATASETS)}")
     if name == "synthetic":
-        return _synthetic(synthetic_size, synthetic_test_size, synthetic_classes,
-                          synthetic_difficulty, seed, image_size or 32)
+        try:
+            train, test = make_synthetic(synthetic_size, synthetic_test_size, synthetic_classes,
+                                         synthetic_difficulty, seed, image_size or 32)
+        except ValueError as err:
+            raise DataError(str(err)) from err
+        return Data(TensorImages(*train), {"test": TensorImages(*test)}, synthetic_classes,
+                    SYNTHETIC_MEAN, SYNTHETIC_STD)
     if data_dir is None:
         raise DataError(f"dataset '{name}' reads files, but no data directory was given; pass --data-dir")
     data_dir = os.fspath(data_dir)
@@ -292,7 +294,7 @@ def _folder(data_dir, image_size, small=64):
     else:  # read image headers until one is large; all of them only if all are small
         sizes = {}  # (w, h) -> the folder it was first seen in
         for split, path in ((s, p) for s in ("train", "test") for p in splits[s][1]):
-            wh = _open(path, lambda im: im.size)
+            wh = open_image(path, lambda im: im.size)
             sizes.setdefault(wh, os.path.join(data_dir, split))
             if max(wh) > small:
                 break
@@ -306,167 +308,15 @@ def _folder(data_dir, image_size, small=64):
         return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
 
     def decode(im):
-        im = _to_rgb(im)
+        im = to_rgb(im)
         if image_size is not None and im.size != (image_size, image_size):
             im = im.resize((image_size, image_size), Image.BILINEAR)  # PIL antialiases when shrinking
         return np.asarray(im)  # (H, W, 3)
 
-    train, test = [TensorImages(torch.from_numpy(np.stack([_open(p, decode) for p in splits[s][1]]))
+    train, test = [TensorImages(torch.from_numpy(np.stack([open_image(p, decode) for p in splits[s][1]]))
                                 .permute(0, 3, 1, 2).contiguous(), splits[s][2]) for s in ("train", "test")]
     return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
 
-
-# ------------------------------------------------------------------ synthetic
-
-def _synthetic(n_train, n_test, k, difficulty, seed, size, shift=4, band=4, n_freq=4, chunk=8192):
-    """Learnable class-dependent images, generated in memory from `seed`; not in the paper.
-
-    Each class owns n_freq of the ~40 plane waves with at most `band` cycles per
-    image, each with its own colour and phase. A sample is its class's waves,
-    shifted by up to `shift` px, times a contrast in [0.7, 1.3], plus Gaussian
-    "clutter": random complex amplitudes on *all* the low-frequency waves. The
-    clutter lives in the same band as the signal, so no filter removes it;
-    `difficulty` is its pixel std over the signal's (0: no clutter). The default
-    2.0 keeps a small CNN clearly below 100% after 10 epochs on 2,000 clean
-    images, so label noise has room to hurt. Brightness jitter sits in the DC term.
-    Built in the Fourier domain: a shift is a phase, and one irfft2 per chunk makes
-    CIFAR-100-sized data (50k + 10k images) in about 3 s on 2 CPU cores.
-    """
-    if min(n_train, n_test) < 1 or k < 2 or n_train < k or difficulty < 0 or size < 8:
-        raise DataError(f"synthetic data needs >= 2 classes, >= 1 train image per class, >= 1 test image, "
-                        f"difficulty >= 0 and image size >= 8; got {n_train} train, {n_test} test, {k} classes, "
-                        f"difficulty {difficulty}, size {size}")
-    band = min(band, size // 2 - 1)  # below the Nyquist frequency
-    r_class, r_train, r_test = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
-    fy = np.fft.fftfreq(size, 1 / size)[:, None]  # (size, 1) cycles per image
-    fx = np.fft.rfftfreq(size, 1 / size)[None]    # (1, size//2 + 1)
-    low = (np.abs(fy) <= band) & (fx <= band) & ((fx > 0) | (fy > 0))  # one of each conjugate pair, no DC
-    iy, ix = np.nonzero(low)
-    n_waves = len(iy)
-    picks = np.argsort(r_class.random((k, n_waves)), axis=1)[:, :n_freq]  # (k, n_freq)
-    waves = np.zeros((k, 3, n_waves), np.complex64)
-    waves[np.arange(k)[:, None, None], np.arange(3)[None, :, None], picks[:, None]] = (
-        r_class.standard_normal((k, 3, n_freq)) * np.exp(2j * np.pi * r_class.random((k, 1, n_freq))))
-    # Each wave adds 2|a|^2 to a pixel's variance: E = 2 n_freq for a class's waves.
-    unit = 1 / np.sqrt(2 * n_freq * (1 + difficulty ** 2))
-    sets = []
-    for rng, n in ((r_train, n_train), (r_test, n_test)):
-        y = rng.permutation(np.arange(n) % k)  # balanced classes
-        dy, dx = rng.integers(-shift, shift + 1, (2, n, 1))
-        contrast = rng.uniform(0.7, 1.3, (n, 1))
-        bright = rng.normal(0, 0.2, n)
-        clutter = rng.standard_normal((n, 3, n_waves, 2), dtype=np.float32) * float(np.sqrt(n_freq / n_waves / 2))
-        phase = torch.from_numpy(-2 * np.pi * (fy[iy, 0] * dy + fx[0, ix] * dx) / size)  # (n, n_waves)
-        amp = torch.polar(torch.from_numpy(contrast * unit).expand_as(phase), phase).to(torch.complex64)
-        spec_low = torch.from_numpy(waves)[y] * amp[:, None] + torch.view_as_complex(
-            torch.from_numpy(clutter)) * float(difficulty * unit)  # (n, 3, n_waves)
-        # Pixel = 128.5 + 57 * (waves + bright); the 0.5 makes the uint8 cast round.
-        dc = torch.from_numpy(128.5 + 57 * bright).to(torch.complex64)
-        # irfft2 doubles a wave with fx > 0 (its conjugate is implied) but takes
-        # only the real part of one with fx = 0, so those get twice the gain.
-        gain = torch.from_numpy(np.where(ix == 0, 2 * 57, 57)).to(torch.complex64)
-        spec = torch.zeros((min(n, chunk), 3, size, size // 2 + 1), dtype=torch.complex64)
-        images = torch.empty((n, 3, size, size), dtype=torch.uint8)
-        for s in range(0, n, chunk):
-            m = len(spec_low[s:s + chunk])
-            spec[:m, :, iy, ix] = spec_low[s:s + chunk] * gain
-            spec[:m, :, 0, 0] = dc[s:s + chunk, None]
-            images[s:s + m] = torch.fft.irfft2(spec[:m], s=(size, size), norm="forward").clamp_(0, 255)
-        sets.append(TensorImages(images, y.astype(np.int64)))
-    return Data(sets[0], {"test": sets[1]}, k, SYNTHETIC_MEAN, SYNTHETIC_STD)
-
-
-# ------------------------------------------------------------- augmentation
-
-def augment_batch(images, pad=4, generator=None, offsets=None, flips=None):
-    """The paper's CIFAR augmentation (He et al. 2016), for a whole batch at once.
-
-    Zero-pad `pad` px on every side, crop HxW at an offset drawn uniformly from
-    the (2 pad + 1)^2 choices, flip left-right with p = 0.5, all per sample. The
-    paper names only pad-and-crop; the flip is the rest of He et al.'s recipe.
-    images: uint8 (N, C, H, W) on any device; randomness comes from `generator`
-    (on that device) or the global RNG. offsets (N, 2) [dy, dx] in [0, 2 pad] and
-    flips (N,) bool replace the random draws (for tests). One gather, no host sync.
-    Returns a contiguous uint8 (N, C, H, W).
-    """
-    n, c, h, w = images.shape
-    dev = images.device
-    if offsets is None:
-        offsets = torch.randint(0, 2 * pad + 1, (n, 2), device=dev, generator=generator)
-    if flips is None:
-        flips = torch.randint(0, 2, (n,), device=dev, generator=generator).bool()
-    padded = F.pad(images, (pad, pad, pad, pad))
-    rows = offsets[:, :1] + torch.arange(h, device=dev)  # (N, H)
-    cols = torch.where(flips[:, None], torch.arange(w - 1, -1, -1, device=dev), torch.arange(w, device=dev))
-    cols = offsets[:, 1:] + cols  # (N, W); a flip reads the columns right to left
-    return padded[torch.arange(n, device=dev)[:, None, None, None], torch.arange(c, device=dev)[None, :, None, None],
-                  rows[:, None, :, None], cols[:, None, None, :]]
-
-
-def normalize(x, mean, std):
-    """uint8 (N, C, H, W) -> float32 (x/255 - mean)/std, in x's memory format.
-
-    Works channel by channel with Python scalars: a mean tensor built from the
-    tuples would be a host-to-device copy, which waits for the GPU, every batch.
-    """
-    y = x.to(torch.float32, copy=True)  # keeps channels_last if x has it
-    for ch, (m, s) in enumerate(zip(mean, std)):
-        y[:, ch].mul_(1 / (255 * s)).sub_(m / s)
-    return y
-
-
-def _to_rgb(im):
-    im.load()  # decode now, while the file is open
-    return im if im.mode == "RGB" else im.convert("RGB")
-
-
-def file_transforms(kind, size, train, mean, std):
-    """PIL image -> normalised float (3, size, size), per the paper's appendix.
-
-    food101, folder: train Resize(256) + RandomCrop(224) + flip, test Resize(256) + CenterCrop(224).
-      The paper says only "randomly cropped with a size of 224x224"; Food-101 images vary
-      up to 512 px, so the shorter side is resized first. Resize and flip are departures.
-    webvision: Resize((320, 320)), then RandomCrop(299) + flip or CenterCrop(299), as in the
-      paper ("resize to 320x320 ... randomly cropped with a size of 299x299"); the flip is ours.
-    Other sizes keep the ratios 256/224 and 320/299.
-    """
-    if kind == "webvision":
-        resize = T.Resize((round(size * 320 / 299),) * 2)
-    elif kind in ("food101", "folder"):
-        resize = T.Resize(round(size * 256 / 224))
-    else:
-        raise ValueError(f"unknown file dataset kind '{kind}'; choose from food101, webvision, folder")
-    crop = [T.RandomCrop(size), T.RandomHorizontalFlip()] if train else [T.CenterCrop(size)]
-    return T.Compose([T.Lambda(_to_rgb), resize, *crop, T.ToTensor(), T.Normalize(mean, std)])
-
-
-def _open(path, use):
-    """Open an image with PIL and return use(image); a bad file -> DataError naming it."""
-    try:
-        with Image.open(path) as im:
-            return use(im)
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise DataError(f"cannot read image {path} ({_first_line(err)}); replace or delete the file") from err
-
-
-class IndexedFiles(torch.utils.data.Dataset):
-    """FileImages + transform. item i -> (transform(RGB image), i).
-
-    Returns the index, not the label: train.py holds the (noisy) labels and
-    looks them up by index, so noise is added in one visible place.
-    """
-
-    def __init__(self, files, transform):
-        self.paths, self.transform = files.paths, transform
-
-    def __len__(self):
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        return self.transform(_open(self.paths[i], _to_rgb)), i
-
-
-# ------------------------------------------------------------------ batches
 
 def take(ds, idx):
     """The samples of a TensorImages or FileImages at indices idx (an int array)."""
@@ -476,66 +326,15 @@ def take(ds, idx):
     return ds._replace(paths=[ds.paths[i] for i in idx], labels=ds.labels[idx])
 
 
-class Batches:
-    """The batches of one epoch: (x, y, y_clean), x normalised float (B, 3, H, W) on `device`.
+def open_image(path, use):
+    """Open an image with PIL and return use(image); a bad file -> DataError naming it."""
+    try:
+        with Image.open(path) as im:
+            return use(im)
+    except (OSError, ValueError, Image.DecompressionBombError) as err:
+        raise DataError(f"cannot read image {path} ({_first_line(err)}); replace or delete the file") from err
 
-    labels (given, maybe noisy) and clean are int arrays aligned with ds.
-    An epoch's order and augmentation depend only on (seed, epoch), so a resumed
-    run sees the same batches. Each global batch of batch_size samples is split
-    over the `world` ranks (rank takes every world-th sample), so all ranks run
-    the same number of steps. TensorImages live on the device and are augmented
-    there (augment_batch); FileImages are read by `workers` DataLoader processes
-    through file_transforms. train=False: no shuffling, no augmentation, every
-    sample once. train=True drops only a last batch too small to give each rank
-    2 samples (BatchNorm needs 2).
-    """
 
-    def __init__(self, ds, labels, clean, batch_size, mean, std, device, rank=0, world=1, workers=0,
-                 memory_format=torch.contiguous_format, train=True):
-        self.ds, self.batch_size, self.mean, self.std = ds, batch_size, mean, std
-        self.device, self.rank, self.world, self.workers = torch.device(device), rank, world, workers
-        self.memory_format, self.train = memory_format, train
-        self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=self.device)
-        self.clean = torch.as_tensor(np.asarray(clean, dtype=np.int64), device=self.device)
-        self.images = ds.images.to(self.device) if isinstance(ds, TensorImages) else None
-
-    def steps(self):
-        n, b = len(self.labels), self.batch_size
-        return n // b + (n % b >= (2 * self.world if self.train else 1))
-
-    def epoch(self, seed, epoch):
-        n, b = len(self.labels), self.batch_size
-        seeds = np.random.SeedSequence([seed, epoch, self.rank]).generate_state(2)
-        # the order is the same on every rank; the augmentation differs
-        order = np.random.default_rng([seed, epoch]).permutation(n) if self.train else np.arange(n)
-        shards = [order[s:s + b][self.rank::self.world] for s in range(0, self.steps() * b, b)]
-        if not shards:
-            return
-        if self.images is None:
-            yield from self._from_files(shards, int(seeds[0]))
-            return
-        g = torch.Generator(self.device).manual_seed(int(seeds[1]))
-        flat = torch.from_numpy(np.concatenate(shards)).to(self.device)  # one copy per epoch
-        start = 0
-        for shard in shards:
-            idx = flat[start:start + len(shard)]
-            start += len(shard)
-            x = self.images[idx]
-            if self.train:
-                x = augment_batch(x, generator=g)
-            yield self._to_device(x), self.labels[idx], self.clean[idx]
-
-    def _from_files(self, shards, seed):
-        files = IndexedFiles(self.ds, file_transforms(self.ds.kind, self.ds.size, self.train, self.mean, self.std))
-        loader = torch.utils.data.DataLoader(files, batch_sampler=[s.tolist() for s in shards],
-                                             num_workers=self.workers, pin_memory=self.device.type == "cuda",
-                                             generator=torch.Generator().manual_seed(seed))
-        for x, idx in loader:
-            idx = idx.to(self.device, non_blocking=True)
-            yield self._to_device(x), self.labels[idx], self.clean[idx]
-
-    def _to_device(self, x):
-        x = x.to(self.device, non_blocking=True)
-        if x.dtype == torch.uint8:
-            x = normalize(x, self.mean, self.std)
-        return x.contiguous(memory_format=self.memory_format)
+def to_rgb(im):
+    im.load()  # decode now, while the file is open
+    return im if im.mode == "RGB" else im.convert("RGB")

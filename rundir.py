@@ -1,0 +1,101 @@
+"""The run directory: what a training run writes into --out, and how it resumes from it.
+
+RunError        -- a run directory that cannot be used; its message is one line that says what to do
+check_out       -- refuse to mix two runs; on resume, load the checkpoint and check it fits the configuration
+save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state; atomic, every epoch
+restore         -- put a checkpoint's state back into the models, optimisers and schedulers
+trim_metrics    -- on resume, drop metric lines written after the checkpoint
+append_metrics  -- one JSON line per epoch
+write_json      -- config.json, summary.json
+
+Files: config.json (resolved settings), noisy_labels.npy (the labels trained on),
+metrics.jsonl (one line per epoch), checkpoint.pt (the last finished epoch),
+summary.json (final accuracies). Checkpoints load with weights_only=True only.
+"""
+import json
+import os
+
+import torch
+
+# Settings that may differ between a run and its resumption: they change how it runs, not what it computes.
+RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "log_every", "data_dir")
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
+
+
+class RunError(ValueError):
+    """A run directory that cannot be used. str(error) is one line."""
+
+
+def check_out(out, config, resume):
+    """Refuse to mix two runs; on resume, return the checkpoint (None for a fresh run).
+
+    The checkpoint must load with weights_only=True and have been written with the
+    same settings, RUN_CONTROL aside.
+    """
+    ckpt_path = os.path.join(out, "checkpoint.pt")
+    used = any(os.path.exists(os.path.join(out, f)) for f in RUN_FILES)
+    if used and not resume:
+        raise RunError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+    if not resume or not os.path.exists(ckpt_path):
+        return None
+    try:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        saved = ckpt["config"]
+    except Exception as e:  # truncated file, not a checkpoint, or a pickle we refuse to run
+        raise RunError(f"cannot resume: {ckpt_path} is corrupt or not a CMD checkpoint ({type(e).__name__}); "
+                       f"delete it to start over") from e
+    diff = sorted(k for k in config if k not in RUN_CONTROL and saved.get(k) != config[k])
+    if diff:
+        raise RunError(f"cannot resume: {ckpt_path} was written with different settings ({', '.join(diff)}); "
+                       f"rerun with the same flags or another --out")
+    return ckpt
+
+
+def save_checkpoint(out, config, epoch, nets, opts, scheds, r, device):
+    """Everything a resumed run needs to continue bit for bit, written atomically."""
+    state = dict(config=config, epoch=epoch, r_a=r[0].cpu(), r_b=r[1].cpu(), rng_cpu=torch.get_rng_state())
+    if device.type == "cuda":
+        state["rng_cuda"] = torch.cuda.get_rng_state(device)
+    for net, opt, sched, k in zip(nets, opts, scheds, "ab"):
+        state[f"model_{k}"] = getattr(net, "module", net).state_dict()
+        state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), sched.state_dict()
+    path = os.path.join(out, "checkpoint.pt")
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)  # a kill -9 leaves either the old or the new checkpoint, never half of one
+
+
+def restore(ckpt, nets, opts, scheds, device):
+    """Load a checkpoint's state in place. Returns (epochs done, MyLC's r as [r_A, r_B] on device)."""
+    for net, opt, sched, k in zip(nets, opts, scheds, "ab"):
+        net.load_state_dict(ckpt[f"model_{k}"])
+        opt.load_state_dict(ckpt[f"opt_{k}"])
+        sched.load_state_dict(ckpt[f"sched_{k}"])
+    torch.set_rng_state(ckpt["rng_cpu"])
+    if device.type == "cuda" and "rng_cuda" in ckpt:
+        torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
+    return ckpt["epoch"], [ckpt["r_a"].to(device), ckpt["r_b"].to(device)]
+
+
+def trim_metrics(out, epochs_done):
+    """Keep the first epochs_done lines of metrics.jsonl: later ones came after the checkpoint."""
+    path = os.path.join(out, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = f.readlines()[:epochs_done]
+        with open(path, "w") as f:
+            f.writelines(lines)
+
+
+def append_metrics(out, row):
+    with open(os.path.join(out, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def last_metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return json.loads(f.readlines()[-1])
+
+
+def write_json(out, name, obj):
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(obj, f, indent=1)
