@@ -21,9 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 import torchvision
-import torchvision.transforms as T
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 

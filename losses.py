@@ -6,7 +6,6 @@ soft_cross_entropy -- H(q, p) per sample, for soft targets q
 cmd_distill        -- Eqs. 3-4, the form that trains: from log-probabilities and entropies
                       the training step (mutual.py) has already computed
 cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your own loop
-cmd_objectives     -- Eqs. 5-6 fused: L_A = mean H(q_A + m_b2a q_B, p_A), L_B mirrored
 t2s_kd_loss        -- Eq. 1: teacher-to-student KD
 mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowledge, KL form
 kdcl_loss          -- KDCL-MinLogit (Guo et al. 2020), the ensemble-teacher baseline of Table 4
@@ -99,22 +98,6 @@ def as_targets(q, logits, name="q"):
         return q
     raise ValueError(f"{name} must be (N,) integer class labels or (N, K) float targets for logits of shape "
                      f"(N, K) = {tuple(logits.shape)}; got {q.dtype} {tuple(q.shape)}")
-
-
-def cmd_objectives(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
-    """Eqs. 5-6. L_A = L_A,selfKD + L_B2A = H(q_A, p_A) + [H(p_B) < chi] H(q_B, p_A); L_B mirrored.
-
-    Takes the log-probabilities and entropies from log_probs, so nothing is computed
-    twice. Since H(q, p) is linear in q, each objective is one pass over the batch:
-    L_A = mean_n H(q_A + m_b2a * q_B, p_A).
-    Returns (loss_a, loss_b, m_b2a, m_a2b); loss_a carries gradient only into A.
-    """
-    m_b2a = (h_b.detach() < chi).to(logp_a.dtype)[:, None]  # (N, 1)
-    m_a2b = (h_a.detach() < chi).to(logp_b.dtype)[:, None]
-    q_a, q_b = q_a.detach(), q_b.detach()
-    loss_a = soft_cross_entropy(q_a + m_b2a * q_b, logp_a).mean()
-    loss_b = soft_cross_entropy(q_b + m_a2b * q_a, logp_b).mean()
-    return loss_a, loss_b, m_b2a.squeeze(1), m_a2b.squeeze(1)
 
 
 def _kl(logp_teacher, logp_student):

@@ -23,7 +23,7 @@ import torch
 
 from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
-from losses import cmd_distill, cmd_objectives, kdcl_loss, log_probs, mkd_loss
+from losses import cmd_distill, kdcl_loss, log_probs, mkd_loss, soft_cross_entropy
 from schedule import chi as chi_schedule
 
 # (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
@@ -80,11 +80,18 @@ def targets(method, q, p, h, r, progress):
     return q  # ce, cp, tfkd
 
 
-def self_loss(method, logits, logp, q, y):
-    """L_selfKD of Eqs. 5-6 for the corrections that are losses, CP and Tf-KD_reg (a scalar)."""
+def self_loss(method, logits, logp, q, q_tilde, y):
+    """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch.
+
+    CP and Tf-KD_reg are losses of their own rather than targets (label_correction.py).
+    logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
+    q_tilde: (N, K) the model's own target; y: (N,) given labels as integers.
+    """
     if method.lc == "cp":
         return confidence_penalty_loss(logits, q, method.cp_beta, logp=logp)
-    return tfkd_reg_loss(logits, y, method.tfkd_a, method.tfkd_t, method.tfkd_alpha, method.tfkd_multiplier)
+    if method.lc == "tfkd":
+        return tfkd_reg_loss(logits, y, method.tfkd_a, method.tfkd_t, method.tfkd_alpha, method.tfkd_multiplier)
+    return soft_cross_entropy(q_tilde, logp).mean()
 
 
 class EpochSums(NamedTuple):
@@ -130,12 +137,9 @@ def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast
     else:
         q_a = targets(method, q, p_a, h_a, r[0], progress)  # (N, K) q~_A, no gradient
         q_b = targets(method, q, p_b, h_b, r[1], progress)
-        if method.lc in ("cp", "tfkd"):
-            loss_b2a, loss_a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)  # Eqs. 3-4
-            loss_a = self_loss(method, z_a, logp_a, q, y) + loss_b2a                                  # Eq. 5
-            loss_b = self_loss(method, z_b, logp_b, q, y) + loss_a2b                                  # Eq. 6
-        else:  # Eqs. 3-6 in one pass per model
-            loss_a, loss_b, m_b2a, m_a2b = cmd_objectives(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
+        loss_b2a, loss_a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)  # Eqs. 3-4
+        loss_a = self_loss(method, z_a, logp_a, q, q_a, y) + loss_b2a                            # Eq. 5
+        loss_b = self_loss(method, z_b, logp_b, q, q_b, y) + loss_a2b                            # Eq. 6
     for o in opts:
         o.zero_grad(set_to_none=True)
     scaler.scale(loss_a + loss_b).backward()

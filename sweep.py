@@ -12,8 +12,7 @@ whose summary.json exists is skipped, so an interrupted sweep continues where it
 run too, from its checkpoint). The tables go to DIR/<preset>-<scale>.md: the scale is in the name
 so that smoke, demo and paper tables never overwrite each other.
 
-PAPER        -- the paper's numbers, transcribed from Tables 1, 2, 4, 5 (Fig. 3 is an image: none)
-PRESETS      -- each table's rows and columns as train.py flags
+PRESETS      -- the paper's tables as grids of train.py flags, with its numbers (paper_tables.py)
 DEMO_FLAGS, SMOKE_FLAGS, grid -- what each --scale adds to every run, and which cells it runs
 jobs         -- the train.py command lines of a preset
 run_jobs     -- run them one after another, or N at a time on N GPUs
@@ -28,107 +27,9 @@ import subprocess
 import sys
 import time
 
+from paper_tables import KNOWLEDGE, MEAN, PRESETS
+
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
-
-# ---------------------------------------------------------------- the paper's numbers
-# Mean final test accuracy (%) of the two models, one list per row in the column order of PRESETS.
-# The paper disagrees with itself in places: Table 1's zero-knowledge CP and ProSelfLC (50.06, 62.75)
-# are Table 2's CP and ProSelfLC at sym 40% (51.09, 64.07) in other runs. Both are kept as printed.
-PAPER = {
-    "table1": {  # LS, CP, ProSelfLC, MyLC
-        "zero": [51.53, 50.06, 62.75, 65.04], "all": [53.63, 53.18, 59.26, 61.11],
-        "static": [55.10, 53.86, 67.26, 68.45], "progressive": [56.73, 56.47, 68.29, 69.09]},
-    "table2": {  # pair 20%, pair 40%, sym 20%, sym 40%, clean
-        "ce": [63.52, 45.40, 63.31, 47.20, 75.58], "ls": [65.15, 50.02, 67.45, 51.53, 76.33],
-        "cp": [64.97, 49.01, 65.97, 51.09, 75.29], "bootsoft": [64.04, 48.85, 63.25, 48.41, 75.37],
-        "proselflc": [74.13, 69.49, 71.49, 64.07, 75.73], "static-proselflc": [75.68, 74.22, 72.11, 67.26, 76.25],
-        "progressive-proselflc": [75.76, 74.55, 72.58, 68.29, 77.32], "mylc": [73.12, 62.29, 71.04, 65.04, 75.20],
-        "static-mylc": [75.39, 74.32, 72.20, 68.45, 75.92], "progressive-mylc": [75.89, 74.72, 73.22, 69.09, 76.42]},
-    "table4": {  # ResNet18 and ShuffleNetV2 (trained as a pair), ResNet34 (a pair of two)
-        "ce": [50.63, 44.06, 47.20], "tfkd": [51.05, 44.70, 47.39], "proselflc": [58.51, 58.89, 64.07],
-        "mylc": [55.94, 61.21, 65.04], "mkd": [60.38, 47.72, 51.42], "kdcl": [55.45, 46.10, 51.20],
-        "progressive-mylc": [68.10, 64.37, 69.09]},
-    "table5": {  # sym 20%, 40%, 60%, 80%
-        "eta1": [70.37, 59.26, 36.18, 16.17], "eta2": [72.11, 65.04, 46.15, 18.62],
-        "eta3": [72.83, 66.42, 51.34, 19.84], "eta4": [73.25, 67.26, 54.34, 22.45]},
-}
-
-# ---------------------------------------------------------------- presets
-MEAN = "test_acc_mean"  # the paper's number: the mean of the two models' final test accuracies
-
-
-def noise(kind, pct):
-    return ["--noise", "none"] if kind == "none" else ["--noise", kind, "--rate", f"{pct / 100:g}"]
-
-
-def method(mode, lc=None):
-    return ["--mode", mode] + (["--lc", lc] if lc else [])
-
-
-def sym(*pcts):
-    """Symmetric-noise columns."""
-    return [(f"sym{p}", f"Sym {p}%", noise("sym", p), MEAN) for p in pcts]
-
-
-def table(key, title, base, rows, cols):
-    """A table: a cell (row, col) is one train.py run with flags base + row flags + col flags.
-
-    rows: (key, label, flags). cols: (key, label, flags, the summary.json number the cell shows).
-    """
-    return dict(key=key, title=title, base=base, rows=rows, cols=cols, paper=PAPER.get(key, {}))
-
-
-R34, PAIR = ["--arch", "resnet34"], ["--arch", "resnet18,shufflenetv2"]
-KNOWLEDGE = [("zero", "Zero"), ("all", "All"), ("static", "CMD-S"), ("progressive", "CMD-P")]
-# Fig. 3 gives no b values: these span chi falling (b < 0), constant (0) and rising (b > 0).
-B_VALUES = [-10, -5, -2, 0, 2, 5, 10]
-B_ROWS = [(f"b{b}", f"b = {b}", ["--b", str(b)]) for b in B_VALUES]
-
-PRESETS = {
-    "table1": [table("table1", "Table 1: distilled knowledge x label correction (ResNet34, CIFAR-100, sym 40%)",
-                     R34 + noise("sym", 40),
-                     [(m, label, method(m)) for m, label in KNOWLEDGE],
-                     [(lc, label, ["--lc", lc], MEAN) for lc, label in
-                      [("ls", "LS"), ("cp", "CP"), ("proselflc", "ProSelfLC"), ("mylc", "MyLC")]])],
-    "table2": [table("table2", "Table 2: noise types and rates (ResNet34, CIFAR-100)", R34,
-                     [("ce", "CE", method("zero", "ce")),
-                      ("ls", "LS", method("zero", "ls")),
-                      ("cp", "CP", method("zero", "cp")),
-                      ("bootsoft", "Boot-soft", method("zero", "bootsoft")),
-                      ("proselflc", "ProSelfLC", method("zero", "proselflc")),
-                      ("static-proselflc", "CMD-S+ProSelfLC", method("static", "proselflc")),
-                      ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
-                      ("mylc", "MyLC", method("zero", "mylc")),
-                      ("static-mylc", "CMD-S+MyLC", method("static", "mylc")),
-                      ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
-                     [("pair20", "Pair 20%", noise("pair", 20), MEAN), ("pair40", "Pair 40%", noise("pair", 40), MEAN),
-                      *sym(20, 40), ("clean", "Clean", noise("none", 0), MEAN)])],
-    # Self KD rows train each model alone: zero knowledge. "Different" is one run of a ResNet18 (A)
-    # beside a ShuffleNetV2 (B), so its two columns are that run's test_acc_a and test_acc_b.
-    "table4": [table("table4", "Table 4: self KD and MKD methods on different and same architectures "
-                     "(CIFAR-100, sym 40%)", noise("sym", 40),
-                     [("ce", "CE (baseline)", method("zero", "ce")),
-                      ("tfkd", "Tf-KD_reg (self KD)", method("zero", "tfkd")),
-                      ("proselflc", "ProSelfLC (self KD)", method("zero", "proselflc")),
-                      ("mylc", "MyLC (self KD)", method("zero", "mylc")),
-                      ("mkd", "MKD", method("mkd")),
-                      ("kdcl", "KDCL", method("kdcl")),
-                      ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
-                     [("resnet18", "ResNet18 (different)", PAIR, "test_acc_a"),
-                      ("shufflenetv2", "ShuffleNetV2 (different)", PAIR, "test_acc_b"),
-                      ("resnet34", "ResNet34 (same)", R34, MEAN)])],
-    # Table 5 does not name its lc. Its eta = 1 and eta = 4 cells at 40% (59.26, 67.26) are Table 1's
-    # All and CMD-S with ProSelfLC, so ProSelfLC it is.
-    "table5": [table("table5", "Table 5: CMD-S with threshold H(u)/eta (ResNet34, CIFAR-100, ProSelfLC)",
-                     R34 + method("static", "proselflc"),
-                     [(f"eta{e}", f"H(u)/{e} (eta = {e})", ["--eta", str(e)]) for e in (1, 2, 3, 4)],
-                     sym(20, 40, 60, 80))],
-    "fig3": [table("fig3a", "Figure 3(a): b at different noise rates, eta = 2 (ResNet34, CIFAR-100, CMD-P+MyLC)",
-                   R34 + method("progressive", "mylc") + ["--eta", "2"], B_ROWS, sym(20, 40, 60, 80)),
-             table("fig3b", "Figure 3(b): b at different eta, sym 60% (ResNet34, CIFAR-100, CMD-P+MyLC)",
-                   R34 + method("progressive", "mylc") + noise("sym", 60), B_ROWS,
-                   [(f"eta{e}", f"eta = {e}", ["--eta", str(e)], MEAN) for e in (2, 3, 4)])],
-}
 
 # ---------------------------------------------------------------- scales
 # demo: a CPU-sized problem where 40% symmetric noise is memorised: 500 training images of the synthetic

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from appendix_code import paper_cmd_loss
 from label_correction import (boot_soft, confidence_from_sum, confidence_penalty_loss, label_smoothing,
                               model_confidence, mylc, one_hot, proselflc, tfkd_reg_loss)
-from losses import cmd_distill, cmd_loss, cmd_objectives, entropy, kdcl_loss, log_probs, mkd_loss, t2s_kd_loss
+from losses import cmd_distill, cmd_loss, entropy, kdcl_loss, log_probs, mkd_loss, t2s_kd_loss
 from noise import add_noise, transition_matrix
 from schedule import chi, logistic
 
@@ -159,8 +159,8 @@ def test_cmd_loss_runs_on_meta_tensors():
     b2a, a2b = cmd_loss(za.requires_grad_(), zb.requires_grad_(), qa, qb, 1.3)
     assert b2a.device.type == "meta" and b2a.shape == () and a2b.shape == ()
     logp, h = log_probs(za)
-    la, lb, ma, mb = cmd_objectives(logp, logp, qa, qb, h, h, 1.3)
-    assert la.device.type == "meta" and ma.shape == (32,)
+    b2a, a2b, m_b2a, m_a2b = cmd_distill(logp, logp, qa, qb, h, h, 1.3)
+    assert b2a.device.type == "meta" and m_b2a.shape == (32,)
 
 
 def test_cmd_loss_takes_integer_labels_as_one_hot_targets():
@@ -183,19 +183,17 @@ def test_cmd_loss_refuses_other_target_shapes(bad):
         cmd_loss(za, zb, qa, bad, 1.0)
 
 
-def test_cmd_objectives_is_self_kd_plus_distillation():
+def test_cmd_distill_masks_are_the_selection_and_gradient_stays_with_the_student():
     za, zb, qa, qb = batch()
     logp_a, h_a = log_probs(za)
     logp_b, h_b = log_probs(zb)
     threshold = h_a.median().item()
-    loss_a, loss_b, m_b2a, m_a2b = cmd_objectives(logp_a, logp_b, qa, qb, h_a, h_b, threshold)
-    b2a, a2b, m1, m2 = cmd_distill(logp_a, logp_b, qa, qb, h_a, h_b, threshold)
-    assert torch.allclose(loss_a, F.cross_entropy(za, qa) + b2a)
-    assert torch.allclose(loss_b, F.cross_entropy(zb, qb) + a2b)
-    assert torch.equal(m_b2a, m1) and torch.equal(m_a2b, m2) and torch.equal(m_b2a, (h_b < threshold).float())
+    b2a, a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, qa, qb, h_a, h_b, threshold)
+    assert torch.equal(m_b2a, (h_b < threshold).float()) and torch.equal(m_a2b, (h_a < threshold).float())
     assert 0 < m_a2b.mean() < 1
-    loss_a.backward()
-    assert zb.grad is None
+    assert torch.equal(b2a, cmd_loss(za, zb, qa, qb, threshold)[0])  # cmd_loss is this function from logits
+    b2a.backward()
+    assert zb.grad is None and za.grad.abs().sum() > 0
 
 
 def test_mkd_loss_is_ce_plus_class_summed_kl_with_detached_peer():
@@ -372,3 +370,29 @@ def test_add_noise_fixed_seed_is_machine_independent():
     expected = np.where(u < 0.5, 0, np.where(u < 0.5 + 0.5 / 3, 1, np.where(u < 0.5 + 1 / 3, 2, 3)))
     assert np.array_equal(noisy, expected)
     assert np.array_equal(add_noise([3, 1], "none", 0.4, 4, seed=0), [3, 1])
+
+
+# ---- README: the copy-the-loss snippet works as written ----
+
+def readme_snippet():
+    import os
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")).read()
+    section = text[text.index("## Copy the loss"):]
+    return section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 3)]
+
+
+@pytest.mark.parametrize("n,k", [(16, K), (K, K)])  # N == K: integer labels must not broadcast against logits
+def test_readme_snippet_with_integer_labels_and_with_soft_targets(n, k):
+    g = torch.Generator().manual_seed(n)
+    za = (3 * torch.randn(n, k, generator=g)).requires_grad_()
+    zb = (3 * torch.randn(n, k, generator=g)).requires_grad_()
+    y = torch.randint(0, k, (n,), generator=g)
+    results = []
+    for q in (y, one_hot(y, k)):
+        env = dict(logits_a=za, logits_b=zb, q_a=q, q_b=q, epoch=3, step=5, steps_per_epoch=10, epochs=10, K=k)
+        exec(readme_snippet(), env)
+        results.append((env["loss_a"].item(), env["loss_b"].item()))
+    assert results[0] == pytest.approx(results[1])  # labels give the same number as their one-hot rows
+    threshold = chi(3.5, 10, k, 4.0, -5.0)
+    b2a, a2b = cmd_loss(za, zb, one_hot(y, k), one_hot(y, k), threshold)
+    assert results[1][0] == pytest.approx((F.cross_entropy(za, y) + b2a).item())

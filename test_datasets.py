@@ -7,7 +7,6 @@ import pickle
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from PIL import Image
 
 import batches

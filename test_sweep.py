@@ -11,7 +11,7 @@ import pytest
 
 import plot
 import sweep
-import train
+import config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -135,7 +135,7 @@ def test_every_command_passes_train_py_checks(preset):
         todo = sweep.jobs(preset, scale, 2, "sweeps")
         assert len({j["dir"] for j in todo}) == len(todo)
         for job in todo:
-            args = train.resolve(train.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
+            args = config.resolve(config.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
             assert args.dataset == ("cifar100" if scale == "paper" else "synthetic")
             assert scale == "paper" or args.arch == "cnn,cnn"
             assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+import models
 import train
-from mutual import LCS, Method, mutual_step
+from mutual import LCS, MODES, Method, mutual_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -198,7 +199,7 @@ def test_training_step_is_sync_free_on_cuda(mode, lc):
     method = Method(mode=mode, lc=lc or "ce", eta=None if mode in ("mkd", "kdcl") else 4.0)
     d = datasets.load_dataset("synthetic", None, synthetic_size=1024, synthetic_classes=10)
     torch.manual_seed(0)
-    nets = [train.models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
+    nets = [models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
     opts = [torch.optim.SGD(n.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4) for n in nets]
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     autocast = dict(device_type="cuda", dtype=torch.bfloat16, enabled=True)
@@ -242,7 +243,7 @@ def fake_dataset(name, root):
 @pytest.mark.filterwarnings("ignore:ILSVRC12")
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("dataset", ["cifar100", "food101", "webvision", "folder"])
-@pytest.mark.parametrize("mode", train.MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
     extra = fake_dataset(dataset, tmp_path / "data")
     out = str(tmp_path / "run")

@@ -10,229 +10,24 @@ how it resumes is rundir.py.
 Multi-GPU: torchrun --nproc_per_node=N train.py ... shards every batch over the
 ranks with DistributedDataParallel (NCCL on CUDA, gloo on CPU).
 """
-import argparse
 import math
 import os
-import sys
 import time
-import warnings
 from dataclasses import fields
-from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import datasets
 import models
 import rundir
 from batches import Batches
+from config import fail, get_args, resolve
 from label_correction import confidence_from_sum
-from mutual import LCS, MODES, EpochSums, Method, mutual_step
+from mutual import EpochSums, Method, mutual_step
 from noise import add_noise
-
-REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
-DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
-                "folder": "resnet18", "synthetic": "cnn"}
-
-
-class Preset(NamedTuple):
-    dataset: str | None            # None: any dataset
-    archs: tuple[str, ...] | None  # None: any architecture (of model A)
-    epochs: int
-    batch_size: int
-    lr: float
-    milestones: tuple[int, ...]
-    lr_decay: float
-    momentum: float
-    weight_decay: float
-    why: str
-
-
-# Appendix C's optimisation settings. The first row that matches the dataset and model A's arch wins;
-# every flag given on the command line overrides its entry. Both preset() and --help read this table.
-PRESETS = [
-    Preset("food101", None, 100, 32, 0.01, (50, 80), 0.1, 0.9, 5e-4, "the paper's 90/10 split is --val-split 0.1"),
-    Preset("webvision", None, 80, 32, 0.01, (40,), 0.1, 0.9, 5e-4,
-           "'divided by 10 in each epoch after the 40th' read as one /10 at 40; "
-           "--milestones 40,41,...,79 for the literal reading"),
-    Preset(None, ("resnet50",), 200, 64, 0.01, (40, 80), 0.1, 0.9, 1e-3,
-           "'the same settings as CDR' (Xia et al. 2021), from CDR's public code"),
-    Preset(None, ("resnet18", "shufflenetv2"), 200, 128, 0.1, (60, 120, 160), 0.2, 0.9, 5e-4,
-           "'ShuffleNetV2 and ResNet28' read as ResNet18"),
-    Preset(None, ("cnn",), 20, 128, 0.05, (10, 15), 0.1, 0.9, 5e-4, "not in the paper: a short schedule for CPU runs"),
-    Preset(None, None, 100, 128, 0.1, (50, 80), 0.1, 0.9, 5e-4, "ResNet34 in the paper, and any other arch"),
-]
-PRESET_FLAGS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "momentum", "weight_decay")
-
-
-def preset(dataset, arch):
-    """The first row of PRESETS for this dataset and arch, as {flag dest: value}."""
-    row = next(p for p in PRESETS if p.dataset in (None, dataset) and (p.archs is None or arch in p.archs))
-    return {k: list(v) if k == "milestones" else v for k, v in row._asdict().items() if k in PRESET_FLAGS}
-
-
-def presets_help():
-    lines = ["optimisation presets (appendix C; the first matching row wins, any flag given overrides it):"]
-    for p in PRESETS:
-        where = f"{p.dataset or 'any dataset'} + {'/'.join(p.archs) if p.archs else 'any arch'}"
-        decay = f"x{p.lr_decay:g} at {', '.join(map(str, p.milestones))}"
-        lines.append(f"  {where:36s} {p.epochs} epochs, lr {p.lr:g} {decay}, batch {p.batch_size}, "
-                     f"SGD momentum {p.momentum:g}, wd {p.weight_decay:g}\n  {'':36s} ({p.why})")
-    return "\n".join(lines)
-
-
-class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    def _get_help_string(self, action):  # show "(default: x)" only where the default is fixed
-        if action.default is None or "default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        fail(f"{message} (see python train.py --help)")
-
-
-def fail(message):
-    """Bad input: one line on stderr, exit 2, nothing written."""
-    print(f"train.py: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def ints(text):
-    return [int(v) for v in text.split(",") if v]
-
-
-def get_args(argv):
-    p = Parser(description=__doc__.split("\n")[0], formatter_class=Help, epilog=presets_help())
-    g = p.add_argument_group("data and noise")
-    g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
-                   help="cifar100, food101, webvision (mini): the paper's; folder: any ImageFolder tree; "
-                        "synthetic: generated in memory, for CPU runs")
-    g.add_argument("--data-dir", default="data", help="dataset root; cifar100 downloads here on first use")
-    g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/224/299)")
-    g.add_argument("--subset", type=int, help="train on N samples drawn with --seed")
-    g.add_argument("--noise", choices=("none", "sym", "pair"),
-                   help="synthetic label noise, §4.1 (default: sym, or none for food101/webvision, whose labels "
-                        "are noisy)")
-    g.add_argument("--rate", type=float, help="noise rate r in [0, 1) (default 0.4 with --noise sym/pair)")
-    g.add_argument("--val-split", type=float, default=0.0,
-                   help="hold out this clean fraction of the training set as 'val' (the paper searches with 0.1)")
-    g.add_argument("--synthetic-size", type=int, default=2000, help="synthetic: training images")
-    g.add_argument("--synthetic-test-size", type=int, default=1000, help="synthetic: test images")
-    g.add_argument("--synthetic-classes", type=int, default=10, help="synthetic: number of classes K")
-    g.add_argument("--synthetic-difficulty", type=float, default=2.0,
-                   help="synthetic: clutter std over class-signal std (2: a small CNN reaches ~80%% clean)")
-
-    g = p.add_argument_group("method (mutual.py; defaults: CMD-P + MyLC)")
-    g.add_argument("--mode", choices=tuple(MODES), default="progressive",
-                   help="knowledge selection: zero (η=inf), all (η=1), static CMD-S (η=4, b=0), "
-                        "progressive CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = KDCL-MinLogit")
-    g.add_argument("--eta", type=float, help="η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero knowledge, "
-                                             "(0, 1]: all (default per --mode)")
-    g.add_argument("--b", type=float, help="b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls (default per --mode)")
-    g.add_argument("--lc", choices=LCS, help="self label correction q~ of each model (default mylc; ce for mkd/kdcl)")
-    g.add_argument("--ls-eps", type=float, default=0.25, help="LS ε in q~ = (1 - ε) q + ε u")
-    g.add_argument("--cp-beta", type=float, default=0.25, help="CP β in H(q, p) - β H(p)")
-    g.add_argument("--bootsoft-eps", type=float, default=0.25, help="Boot-soft ε in q~ = (1 - ε) q + ε p")
-    g.add_argument("--proselflc-b", type=float, default=6.0, help="ProSelfLC slope B of s(t/Γ - transit, B)")
-    g.add_argument("--proselflc-transit", type=float, default=0.3, help="ProSelfLC transit point, a fraction of Γ")
-    g.add_argument("--mylc-b1", type=float, default=10.0, help="MyLC b₁ in g(r) = s(r - ρ, b₁), Eq. 8")
-    g.add_argument("--mylc-rho", type=float, default=0.5, help="MyLC ρ in g(r) = s(r - ρ, b₁) (the paper: 0.5)")
-    g.add_argument("--tfkd-a", type=float, default=0.99, help="Tf-KD_reg: teacher probability a on the label")
-    g.add_argument("--tfkd-t", type=float, default=20.0, help="Tf-KD_reg: temperature T")
-    g.add_argument("--tfkd-alpha", type=float, default=0.1, help="Tf-KD_reg: weight α of the KL term")
-    g.add_argument("--tfkd-multiplier", type=float, default=100.0, help="Tf-KD_reg: multiplier of the KL term")
-    g.add_argument("--mkd-eps", type=float, default=0.5, help="mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)")
-    g.add_argument("--kdcl-t", type=float, default=2.0, help="kdcl: temperature T")
-    g.add_argument("--kdcl-lambda", type=float, default=1.0, help="kdcl: weight λ of the KL term")
-
-    g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
-    g.add_argument("--arch", help=f"NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)} "
-                                  "(default resnet34 on cifar100, resnet50_imagenet on food101, "
-                                  "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
-    g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
-                   help="ImageNet weights for resnet50_imagenet (default: on for food101)")
-    g.add_argument("--epochs", type=int, help="Γ in Eq. 7: the total number of epochs")
-    g.add_argument("--batch-size", type=int, help="global batch size N (all ranks together)")
-    g.add_argument("--lr", type=float, help="initial learning rate of SGD")
-    g.add_argument("--milestones", type=ints, help="epochs after which the lr is multiplied by --lr-decay, e.g. 50,80")
-    g.add_argument("--lr-decay", type=float, help="factor applied to the lr at each milestone, e.g. 0.1")
-    g.add_argument("--gamma", type=float, help=argparse.SUPPRESS)  # the old name of --lr-decay; refused in resolve
-    g.add_argument("--momentum", type=float, help="SGD momentum")
-    g.add_argument("--weight-decay", type=float, help="SGD weight decay (L2)")
-
-    g = p.add_argument_group("run control")
-    g.add_argument("--seed", type=int, default=0, help="seeds noise, split, init, batch order, augmentation")
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                   help="auto: CUDA when torch sees a GPU, else CPU")
-    g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
-                   help="autocast precision (auto: bf16 on CUDA, off on CPU); losses are always float32")
-    g.add_argument("--compile", action="store_true", help="torch.compile both models")
-    g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                   help="DataLoader workers for datasets read from disk")
-    g.add_argument("--out", help="run directory (default runs/<dataset>-<noise><rate>-<mode>-<lc>-<arch>-s<seed>)")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    g.add_argument("--log-every", type=int, default=0, help="progress line every N steps (0: ten per long epoch)")
-    return p.parse_args(argv)
-
-
-def resolve(args):
-    """Fill every unset flag from the mode and the presets; refuse contradictions instead of overwriting them."""
-    if args.gamma is not None:
-        fail("--gamma is now --lr-decay (the lr factor at each milestone); Γ, the paper's number of epochs, "
-             "is --epochs")
-    if args.rate is not None and not 0 <= args.rate < 1:
-        fail(f"--rate must be in [0, 1), got {args.rate}")
-    if args.eta == 0:
-        fail("--eta 0 makes chi = H(u)/eta undefined; use --mode zero (eta = inf) or --mode all (eta = 1)")
-    if args.mode in ("zero", "all") and (args.eta is not None or args.b is not None):
-        fail(f"--mode {args.mode} sets eta itself; use --mode static or progressive to choose --eta/--b")
-    if args.mode in ("mkd", "kdcl"):
-        if args.lc not in (None, "ce") or args.eta is not None or args.b is not None:
-            fail(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
-                 "use zero/all/static/progressive for those")
-        args.lc = "ce"
-    eta, b = MODES[args.mode]
-    args.eta = eta if args.eta is None else args.eta
-    args.b = b if args.b is None else args.b
-    args.lc = args.lc or "mylc"
-    if args.noise is None:
-        args.noise = "none" if args.dataset in REAL_NOISE else "sym"
-    elif args.noise != "none" and args.dataset in REAL_NOISE:
-        warnings.warn(f"{args.dataset} labels are already noisy; adding {args.noise} noise on top", stacklevel=2)
-    if args.rate is None:
-        args.rate = 0.0 if args.noise == "none" else 0.4
-    if args.noise == "none" and args.rate > 0:
-        fail(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
-    args.arch = args.arch or DEFAULT_ARCH[args.dataset]
-    archs = args.arch.split(",")
-    if len(archs) == 1:
-        archs = archs * 2
-    for a in archs:
-        if a not in models.ARCHS or len(archs) != 2:
-            fail(f"unknown architecture '{args.arch}'; choose NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)}")
-    args.arch = ",".join(archs)
-    if args.pretrained is None:
-        args.pretrained = args.dataset == "food101" and archs[0] == "resnet50_imagenet"
-    for k, v in preset(args.dataset, archs[0]).items():
-        if getattr(args, k) is None:
-            setattr(args, k, v)
-    for name in ("epochs", "batch_size"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1")
-    if not 0 <= args.val_split < 1:
-        fail(f"--val-split must be in [0, 1), got {args.val_split}")
-    if args.out is None:
-        tag = "none" if args.noise == "none" else f"{args.noise}{args.rate:g}"
-        arch_tag = archs[0] if archs[0] == archs[1] else "+".join(archs)
-        args.out = os.path.join("runs", f"{args.dataset}-{tag}-{args.mode}-{args.lc}-{arch_tag}-s{args.seed}")
-    return args
-
-
-# ---------------------------------------------------------------- the pieces main puts together
+from report import epoch_line, epoch_row, evaluate, final_accuracies
 
 def setup_distributed():
     """rank, world size and local rank; initialises the process group under torchrun."""
@@ -294,58 +89,6 @@ def build_models(args, num_classes, device):
             for n in nets]
     scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
     return nets, opts, scheds, fmt
-
-
-def epoch_row(s, epoch, lr, chi, seconds, num_classes, known_clean, results):
-    """The metrics.jsonl line of an epoch from its EpochSums s (host floats) and the evaluation results."""
-    n = s.samples
-
-    def ratio(part, whole):  # None where the clean labels are unknown or nothing was counted
-        return part / whole if known_clean and whole else None
-
-    return dict(epoch=epoch, lr=lr, chi=chi, seconds=round(seconds, 3), train_samples=int(n),
-                train_loss_a=s.loss_a / n, train_loss_b=s.loss_b / n,
-                selected_b2a=s.selected_b2a / n, selected_a2b=s.selected_a2b / n,
-                precision_b2a=ratio(s.clean_b2a, s.selected_b2a), precision_a2b=ratio(s.clean_a2b, s.selected_a2b),
-                memorized_a=ratio(s.memorized_a, s.noisy), memorized_b=ratio(s.memorized_b, s.noisy),
-                confidence_a=confidence_from_sum(s.entropy_a, n, num_classes),
-                confidence_b=confidence_from_sum(s.entropy_b, n, num_classes), **results)
-
-
-def epoch_line(row):
-    prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
-    chi = "  - " if row["chi"] is None else f"{row['chi']:.2f}"
-    return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | chi {chi} | "
-            f"sel b2a {row['selected_b2a']:.2f} a2b {row['selected_a2b']:.2f} | prec {prec} | "
-            f"test A {row['test_acc_a']:.1f} B {row['test_acc_b']:.1f} mean {row['test_acc_mean']:.1f} | "
-            f"{row['seconds']:.1f}s")
-
-
-@torch.no_grad()
-def evaluate(nets, evals, autocast, device, world):
-    """Top-1 accuracy (%) of A, B, their mean, and of the averaged probabilities, per test set."""
-    for n in nets:
-        n.eval()
-    out = {}
-    for name, batches in evals.items():
-        c = torch.zeros(4, device=device)
-        for x, y, _ in batches.epoch(0, 0):
-            with torch.autocast(**autocast):
-                za, zb = nets[0](x), nets[1](x)
-            pa, pb = F.softmax(za.float(), -1), F.softmax(zb.float(), -1)
-            c += torch.stack([(pa.argmax(-1) == y).sum(), (pb.argmax(-1) == y).sum(),
-                              ((pa + pb).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
-        if world > 1:
-            dist.all_reduce(c)
-        a, b, e, n = c.tolist()
-        prefix = "test" if not out else name  # the first test set is "the" test set of the tables
-        out.update({f"{prefix}_acc_a": 100 * a / n, f"{prefix}_acc_b": 100 * b / n,
-                    f"{prefix}_acc_mean": 50 * (a + b) / n, f"{prefix}_acc_ens": 100 * e / n})
-    return out
-
-
-def final_accuracies(row):
-    return {k: v for k, v in row.items() if k.endswith(("_acc_a", "_acc_b", "_acc_mean", "_acc_ens"))}
 
 
 # ---------------------------------------------------------------- main
