@@ -103,12 +103,14 @@ class Batches:
     there (augment_batch); FileImages are read by `workers` DataLoader processes
     through file_transforms. train=False: no shuffling, no augmentation, every
     sample once. train=True drops only a last batch too small to give each rank
-    2 samples (BatchNorm needs 2).
+    2 samples (BatchNorm needs 2). augment=False trains on the images as they are
+    tested (files: resize and centre crop).
     """
 
     def __init__(self, ds, *, labels, clean, batch_size, mean, std, device, rank=0, world=1, workers=0,
-                 memory_format=torch.contiguous_format, train=True):
+                 memory_format=torch.contiguous_format, train=True, augment=True):
         self.ds, self.batch_size, self.mean, self.std = ds, batch_size, mean, std
+        self.augment = train and augment
         self.device, self.rank, self.world, self.workers = torch.device(device), rank, world, workers
         self.memory_format, self.train = memory_format, train
         self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=self.device)
@@ -137,12 +139,13 @@ class Batches:
             idx = flat[start:start + len(shard)]
             start += len(shard)
             x = self.images[idx]
-            if self.train:
+            if self.augment:
                 x = augment_batch(x, generator=g)
             yield self._to_device(x), self.labels[idx], self.clean[idx]
 
     def _from_files(self, shards, seed):
-        transform = file_transforms(kind=self.ds.kind, size=self.ds.size, train=self.train, mean=self.mean, std=self.std)
+        transform = file_transforms(kind=self.ds.kind, size=self.ds.size, train=self.augment, mean=self.mean,
+                                    std=self.std)
         files = IndexedFiles(self.ds, transform)
         loader = torch.utils.data.DataLoader(files, batch_sampler=[s.tolist() for s in shards],
                                              num_workers=self.workers, pin_memory=self.device.type == "cuda",

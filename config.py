@@ -48,7 +48,7 @@ PRESETS = [
            "'the same settings as CDR' (Xia et al. 2021), from CDR's public code"),
     Preset(None, ("resnet18", "shufflenetv2"), 200, 128, 0.1, (60, 120, 160), 0.2, 0.9, 5e-4,
            "'ShuffleNetV2 and ResNet28' read as ResNet18"),
-    Preset(None, ("cnn",), 20, 128, 0.05, (10, 15), 0.1, 0.9, 5e-4, "not in the paper: a short schedule for CPU runs"),
+    Preset(None, ("cnn", "mlp"), 20, 128, 0.05, (10, 15), 0.1, 0.9, 5e-4, "not in the paper: a short schedule for CPU runs"),
     Preset(None, None, 100, 128, 0.1, (50, 80), 0.1, 0.9, 5e-4, "ResNet34 in the paper, and any other arch"),
 ]
 PRESET_FLAGS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "momentum", "weight_decay")
@@ -105,6 +105,8 @@ def get_args(argv):
                    help="synthetic label noise, §4.1 (default: sym, or none for food101/webvision, whose labels "
                         "are noisy)")
     g.add_argument("--rate", type=float, help="noise rate r in [0, 1) (default 0.4 with --noise sym/pair)")
+    g.add_argument("--augment", choices=("paper", "none"), default="paper",
+                   help="training augmentation: the paper's crops and flips (appendix), or none")
     g.add_argument("--val-split", type=float, default=0.0,
                    help="hold out this clean fraction of the training set as 'val' (the paper searches with 0.1)")
     g.add_argument("--synthetic-size", type=int, default=2000, help="synthetic: training images")

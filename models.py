@@ -10,6 +10,7 @@ build_model          -- name -> nn.Module that returns logits (N, num_classes)
 count_params         -- number of parameters (buffers such as BN statistics excluded)
 InceptionResNetV2    -- written here because torchvision has none
 cnn                  -- a small network for CPU smoke runs; not in the paper
+mlp                  -- a fully connected network that memorises noisy labels on a CPU; not in the paper
 
 The CIFAR nets are torchvision's with the stem adapted to 32x32 inputs, not
 rewrites. No custom ops, so every model works with channels_last and autocast.
@@ -21,7 +22,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-ARCHS = ("cnn", "resnet18", "resnet34", "resnet50", "shufflenetv2",
+ARCHS = ("cnn", "mlp", "resnet18", "resnet34", "resnet50", "shufflenetv2",
          "resnet50_imagenet", "inception_resnet_v2")
 
 
@@ -45,6 +46,18 @@ def cnn(num_classes):
         c_in = c_out
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(c_in, num_classes))
+
+
+def mlp(num_classes, width=512, side=16):
+    """Average-pool the image to side x side, then three linear layers (width 512) with ReLU.
+
+    For CPU demonstrations only. With ~0.7M parameters and no convolutional prior it
+    fits a few thousand images, noisy labels included, in seconds per epoch: the
+    regime (a network that memorises its training set) where label noise hurts.
+    """
+    return nn.Sequential(nn.AdaptiveAvgPool2d(side), nn.Flatten(), nn.Linear(3 * side * side, width),
+                         nn.ReLU(inplace=True), nn.Linear(width, width), nn.ReLU(inplace=True),
+                         nn.Linear(width, num_classes))
 
 
 # ------------------------------------------------------ CIFAR-form torchvision
@@ -218,6 +231,8 @@ def build_model(name, num_classes, pretrained=False):
                          "pass pretrained=False")
     if name == "cnn":
         return cnn(num_classes)
+    if name == "mlp":
+        return mlp(num_classes)
     if name == "resnet50_imagenet":
         return imagenet_resnet50(num_classes, pretrained)
     if name == "shufflenetv2":

@@ -5,6 +5,7 @@ MODES, LCS  -- the knowledge modes and the self label corrections
 targets     -- q_tilde, one model's own target (label_correction.py)
 self_loss   -- L_selfKD of Eqs. 5-6 for one model
 EpochSums   -- the named sums mutual_step returns, added up over an epoch on the device
+entropy_histogram -- counts of H(p) per model, for samples with clean and with noisy given labels
 mutual_step -- one training step of A and B, in the order of §3
 
 One step, for a batch x with given (possibly noisy) labels q:
@@ -34,6 +35,7 @@ from schedule import chi as chi_schedule
 MODES = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "progressive": (4.0, -5.0),
          "mkd": (None, None), "kdcl": (None, None)}
 LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd")
+ENTROPY_BINS = 40  # equal bins of H(p) over [0, ln K] for entropy_histogram
 
 
 @dataclass(frozen=True)
@@ -101,14 +103,30 @@ class EpochSums(NamedTuple):
     loss_b: float        # sum of L_B (Eq. 6)
     selected_b2a: float  # samples where H(p_B) < chi: B's target taught A
     selected_a2b: float  # samples where H(p_A) < chi
-    clean_b2a: float     # ... of those, the taught target's argmax is the clean label
+    clean_b2a: float     # ... of those, the taught target's argmax is the clean label (precision)
     clean_a2b: float
+    clean_label_b2a: float  # ... of those, the sample's given label is the clean one (recall)
+    clean_label_a2b: float
     noisy: float         # samples whose given label is not the clean one
     memorized_a: float   # ... of those, A predicts the wrong given label
     memorized_b: float
     entropy_a: float     # sum of H(p_A), for MyLC's r (Eq. 8)
     entropy_b: float
     nonfinite: float     # > 0 if L_A + L_B was NaN or inf in some step
+
+
+def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
+    """Counts of H(p) in `bins` equal bins over [0, ln K], per model and per kind of given label.
+
+    h: (M, N) entropies of M models; noisy: (N,) 1 where the given label is wrong.
+    Returns (M, 2, bins) float counts: [:, 0] clean given labels, [:, 1] noisy ones.
+    index_add_ into a fixed-size tensor: no host sync (torch.bincount would need one).
+    """
+    m = h.shape[0]
+    idx = (h / math.log(num_classes) * bins).long().clamp_(0, bins - 1)  # (M, N)
+    idx = idx + bins * noisy.long() + 2 * bins * torch.arange(m, device=h.device)[:, None]
+    out = torch.zeros(m * 2 * bins, device=h.device)
+    return out.index_add_(0, idx.flatten(), torch.ones_like(h).flatten()).view(m, 2, bins)
 
 
 def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast, scaler):
@@ -119,8 +137,9 @@ def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast
     chi: Eq. 7's threshold now (None for mkd/kdcl); progress: t/Γ; r: [r_A, r_B],
     MyLC's confidences (0-dim device tensors). autocast: torch.autocast's arguments;
     scaler: a GradScaler (enabled for fp16 only).
-    Returns an EpochSums-ordered (13,) tensor. Nothing here waits for the device:
-    chi and progress are Python floats, r and the sums stay on the device.
+    Returns (sums, hist): an EpochSums-ordered (15,) tensor and the (2, 2, ENTROPY_BINS)
+    entropy_histogram of A and B. Nothing here waits for the device: chi and
+    progress are Python floats, r and the sums stay on the device.
     """
     net_a, net_b = nets
     with torch.autocast(**autocast):
@@ -154,7 +173,8 @@ def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast
             samples=n, loss_a=loss_a.detach() * n, loss_b=loss_b.detach() * n,
             selected_b2a=m_b2a.sum(), selected_a2b=m_a2b.sum(),
             clean_b2a=(m_b2a * (q_b.argmax(-1) == y_clean)).sum(), clean_a2b=(m_a2b * (q_a.argmax(-1) == y_clean)).sum(),
+            clean_label_b2a=(m_b2a * (1 - noisy)).sum(), clean_label_a2b=(m_a2b * (1 - noisy)).sum(),
             noisy=noisy.sum(), memorized_a=(noisy * (z_a.argmax(-1) == y)).sum(),
             memorized_b=(noisy * (z_b.argmax(-1) == y)).sum(),
             entropy_a=h_a.sum(), entropy_b=h_b.sum(), nonfinite=(~torch.isfinite(loss_a + loss_b)).float())
-        return torch.stack(list(sums))
+        return torch.stack(list(sums)), entropy_histogram(torch.stack([h_a, h_b]), noisy, z_a.shape[-1])

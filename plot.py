@@ -5,9 +5,13 @@
 
 accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run
 chi.png          -- the selection threshold chi of Eq. 7 at the end of each epoch
-selection.png    -- left: fraction of samples whose peer target was distilled (b2a solid, a2b dashed);
-                    right: precision, the fraction of those targets whose argmax is the clean label
+selection.png    -- fraction of samples whose peer target was distilled (b2a solid, a2b dashed); its
+                    precision, the fraction of those targets whose argmax is the clean label; its recall,
+                    the fraction of clean-labelled samples that passed chi
 memorization.png -- fraction of noisy-labelled samples the model predicts as their wrong given label
+entropy.png      -- per run (entropy-<run>.png for several): histograms of H(p) over the training samples
+                    at a few epochs, clean given labels and noisy ones overlaid, chi as a vertical line;
+                    what passes chi (left of the line) is what the model teaches its peer
 b_sweep.png      -- a sweep directory (run folders with summary.json): final test_acc_mean against b,
                     one line per noise rate or eta, error bars = sample std over seeds; two panels
                     like Fig. 3 when both the rate and eta vary
@@ -22,6 +26,8 @@ import math
 import os
 import sys
 from collections import defaultdict
+
+import numpy as np
 
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
 
@@ -69,8 +75,9 @@ def curves(ax, runs, names, keys, ylabel):
     for i, (run, name) in enumerate(zip(runs, names)):
         for key, style in zip(keys, ("-", "--")):
             pts = [(r["epoch"], r[key]) for r in run["rows"] if r.get(key) is not None]
-            if pts:
-                ax.plot(*zip(*pts), style, color=f"C{i % 10}", label=f"{name} {key.rsplit('_', 1)[-1]}")
+            if pts:  # a single point needs a marker to be seen
+                ax.plot(*zip(*pts), style, marker="o" if len(pts) == 1 else None, color=f"C{i % 10}",
+                        label=f"{name} {key.rsplit('_', 1)[-1]}")
     ax.set_xlabel("epoch")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel(ylabel)
@@ -100,13 +107,57 @@ def plot_runs(plt, runs, out):
         ax.set_title({"accuracy.png": "Test accuracy: A solid, B dashed", "chi.png": "Selection threshold chi",
                       "memorization.png": "Memorisation: A solid, B dashed"}[fname])
         written.append(save(plt, fig, os.path.join(out, fname)))
-    fig, axes = plt.subplots(1, 2, figsize=(2 * FIGSIZE[0], FIGSIZE[1]))
+    fig, axes = plt.subplots(1, 3, figsize=(3 * FIGSIZE[0], FIGSIZE[1]))
     curves(axes[0], runs, names, ("selected_b2a", "selected_a2b"), "fraction of samples distilled")
     curves(axes[1], runs, names, ("precision_b2a", "precision_a2b"), "precision of distilled targets")
+    curves(axes[2], runs, names, ("recall_b2a", "recall_a2b"), "recall of clean-labelled samples")
     axes[0].set_title("Selected: B->A solid, A->B dashed")
     axes[1].set_title("Precision: argmax of target = clean label")
+    axes[2].set_title("Recall: clean-labelled samples that passed chi")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))
+    with_hist = [(run, name) for run, name in zip(runs, names) if os.path.exists(os.path.join(run["dir"], HIST))]
+    for run, name in with_hist:
+        fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{os.path.basename(os.path.normpath(run['dir']))}.png"
+        written.append(plot_entropy(plt, run["dir"], name, os.path.join(out, fname)))
     return written
+
+
+HIST = "entropy_hist.npz"
+
+
+def plot_entropy(plt, run_dir, name, path, panels=6):
+    """Small multiples of H(p) histograms: rows A and B, columns a few epochs from first to last.
+
+    Clean given labels and noisy ones are overlaid (when the clean labels are known),
+    each as the fraction of that model's training samples in a bin; chi at the end of
+    the epoch is a solid line, at its start a dotted one when it moved (CMD-P).
+    """
+    with np.load(os.path.join(run_dir, HIST)) as f:
+        h = {k: f[k] for k in f.files}
+    epochs, counts, edges = h["epoch"], h["counts"], h["edges"]
+    picks = sorted(set(np.linspace(0, len(epochs) - 1, min(panels, len(epochs))).round().astype(int)))
+    fig, axes = plt.subplots(2, len(picks), figsize=(2.6 * len(picks), 4.6), sharex=True, squeeze=False)
+    width = np.diff(edges)
+    for col, i in enumerate(picks):
+        for row, model in enumerate("AB"):
+            ax = axes[row, col]
+            c = counts[i, row]  # (2, bins): clean, noisy
+            total = c.sum()
+            splits = [("clean label", "C0", c[0]), ("noisy label", "C3", c[1])] if h["known_clean"] else \
+                [("all samples", "C0", c.sum(0))]
+            for label, colour, v in splits:
+                ax.bar(edges[:-1], v / total, width=width, align="edge", alpha=0.55, color=colour, label=label)
+            for chi, style in ((h["chi_end"][i], "-"), (h["chi_start"][i], ":")):
+                if np.isfinite(chi) and (style == "-" or not np.isclose(chi, h["chi_end"][i])):
+                    ax.axvline(max(chi, 0.0), color="k", linestyle=style, linewidth=1)
+            ax.set_title(f"{model}, epoch {epochs[i]}", fontsize=9)
+            if row == 1:
+                ax.set_xlabel("H(p) (nats)")
+            if col == 0:
+                ax.set_ylabel("fraction of samples")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"Entropy of the training predictions, chi (Eq. 7) as a line: {name}", fontsize=10)
+    return save(plt, fig, path)
 
 
 def sweep_points(sweep_dir):

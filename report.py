@@ -23,6 +23,7 @@ def epoch_row(s, epoch, lr, chi, seconds, num_classes, known_clean, results):
                 train_loss_a=s.loss_a / n, train_loss_b=s.loss_b / n,
                 selected_b2a=s.selected_b2a / n, selected_a2b=s.selected_a2b / n,
                 precision_b2a=ratio(s.clean_b2a, s.selected_b2a), precision_a2b=ratio(s.clean_a2b, s.selected_a2b),
+                recall_b2a=ratio(s.clean_label_b2a, n - s.noisy), recall_a2b=ratio(s.clean_label_a2b, n - s.noisy),
                 memorized_a=ratio(s.memorized_a, s.noisy), memorized_b=ratio(s.memorized_b, s.noisy),
                 confidence_a=confidence_from_sum(s.entropy_a, n, num_classes),
                 confidence_b=confidence_from_sum(s.entropy_b, n, num_classes), **results)

@@ -6,15 +6,19 @@ save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state; atom
 restore         -- put a checkpoint's state back into the models, optimisers and schedulers
 trim_metrics    -- on resume, drop metric lines written after the checkpoint
 append_metrics  -- one JSON line per epoch
+append_entropy_hist -- the epoch's histograms of H(p) into entropy_hist.npz
 write_json      -- config.json, summary.json
 
 Files: config.json (resolved settings), noisy_labels.npy (the labels trained on),
-metrics.jsonl (one line per epoch), checkpoint.pt (the last finished epoch),
-summary.json (final accuracies). Checkpoints load with weights_only=True only.
+metrics.jsonl (one line per epoch), entropy_hist.npz (histograms of H(p) per epoch),
+checkpoint.pt (the last finished epoch), summary.json (final accuracies).
+Checkpoints load with weights_only=True only; npz files without pickles.
 """
 import json
+import math
 import os
 
+import numpy as np
 import torch
 
 # Settings that may differ between a run and its resumption: they change how it runs, not what it computes.
@@ -89,6 +93,30 @@ def trim_metrics(out, epochs_done):
 def append_metrics(out, row):
     with open(os.path.join(out, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def append_entropy_hist(out, epoch, counts, num_classes, chi_start, chi_end, known_clean):
+    """Add epoch `epoch`'s histograms to entropy_hist.npz, dropping rows of that epoch or later (a resume).
+
+    counts: (2, 2, bins) from mutual.entropy_histogram summed over the epoch (model A/B x
+    clean/noisy given label). The file holds epoch (E,), counts (E, 2, 2, bins), edges
+    (bins + 1,) in nats over [0, ln K], chi_start and chi_end (E,) (NaN without a threshold),
+    and known_clean: whether the clean/noisy split is real (False: all counts are in [:, :, 0]).
+    """
+    path = os.path.join(out, "entropy_hist.npz")
+    rows = dict(epoch=np.zeros(0, np.int64), counts=np.zeros((0, *counts.shape), np.int64),
+                chi_start=np.zeros(0), chi_end=np.zeros(0))
+    if os.path.exists(path):
+        with np.load(path) as f:
+            keep = f["epoch"] < epoch
+            rows = {k: f[k][keep] for k in rows}
+    new = dict(epoch=[epoch], counts=[np.rint(counts).astype(np.int64)],
+               chi_start=[math.nan if chi_start is None else chi_start], chi_end=[math.nan if chi_end is None else chi_end])
+    rows = {k: np.concatenate([rows[k], np.asarray(new[k], dtype=rows[k].dtype)]) for k in rows}
+    edges = np.linspace(0, math.log(num_classes), counts.shape[-1] + 1)
+    with open(path + ".tmp", "wb") as f:
+        np.savez(f, edges=edges, known_clean=known_clean, **rows)
+    os.replace(path + ".tmp", path)
 
 
 def last_metrics(out):

@@ -62,14 +62,16 @@ def test_inception_resnet_v2_matches_published_param_count():
         assert net(torch.randn(1, 3, 299, 299)).shape == (1, 50)
 
 
-@pytest.mark.parametrize("side", [8, 32, 64])
-def test_cnn_any_input_size(side):
+@pytest.mark.parametrize("side", [8, 16, 32, 64])
+@pytest.mark.parametrize("name", ["cnn", "mlp"])
+def test_small_nets_any_input_size(name, side):
     with torch.no_grad():
-        assert build_model("cnn", 10).eval()(torch.randn(2, 3, side, side)).shape == (2, 10)
+        assert build_model(name, 10).eval()(torch.randn(2, 3, side, side)).shape == (2, 10)
 
 
-def test_cnn_gradients_reach_every_parameter():
-    net = build_model("cnn", 10)
+@pytest.mark.parametrize("name", ["cnn", "mlp"])
+def test_small_nets_gradients_reach_every_parameter(name):
+    net = build_model(name, 10)
     loss = nn.functional.cross_entropy(net(torch.randn(4, 3, 32, 32)), torch.arange(4))
     loss.backward()
     for name, p in net.named_parameters():
@@ -77,7 +79,7 @@ def test_cnn_gradients_reach_every_parameter():
         assert p.grad.abs().sum() > 0, name
 
 
-@pytest.mark.parametrize("name", ["cnn", "resnet18", "shufflenetv2"])
+@pytest.mark.parametrize("name", ["cnn", "mlp", "resnet18", "shufflenetv2"])
 def test_channels_last_and_autocast(name):
     net = build_model(name, K).eval().to(memory_format=torch.channels_last)
     x = torch.randn(2, 3, 32, 32).to(memory_format=torch.channels_last)

@@ -10,7 +10,7 @@ import models
 from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
 from losses import cmd_loss, entropy
-from mutual import LCS, MODES, EpochSums, Method, mutual_step
+from mutual import ENTROPY_BINS, LCS, MODES, EpochSums, Method, entropy_histogram, mutual_step
 
 K, N = 5, 24
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)
@@ -30,8 +30,9 @@ def setup(seed=0):
 def step(nets, opts, x, y, y_clean, method, chi, r=(0.7, 0.3), progress=0.6):
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     r = [torch.tensor(v) for v in r]
-    sums = mutual_step(nets, opts, x, y, y_clean, method=method, chi=chi, progress=progress, r=r, autocast=OFF,
-                       scaler=scaler)
+    sums, hist = mutual_step(nets, opts, x, y, y_clean, method=method, chi=chi, progress=progress, r=r,
+                             autocast=OFF, scaler=scaler)
+    assert hist.shape == (2, 2, ENTROPY_BINS) and hist.sum() == 2 * N  # every sample once per model
     return EpochSums(*sums.tolist())
 
 
@@ -68,6 +69,8 @@ def test_step_minimises_eqs_5_and_6(lc):
     # precision counts the taught target's argmax against the clean label
     assert s.clean_b2a == ((h_b < chi) & (qt_b.argmax(-1) == y_clean)).sum().item()
     assert s.clean_a2b == ((h_a < chi) & (qt_a.argmax(-1) == y_clean)).sum().item()
+    # recall's numerator: selected samples whose given label is clean
+    assert s.clean_label_b2a == ((h_b < chi) & (y == y_clean)).sum().item()
 
 
 def test_epoch_sums_count_noise_memorisation_and_entropy():
@@ -116,3 +119,16 @@ def test_method_modes_and_chi():
     assert progressive.mode == "progressive" and progressive.lc == "mylc"
     assert progressive.chi(0, 10, K) > progressive.chi(5, 10, K) > progressive.chi(10, 10, K)
     assert Method(mode="mkd", eta=None, b=None).chi(3, 10, K) is None
+
+
+def test_entropy_histogram_counts_each_sample_in_its_bin_and_split():
+    k = 4
+    ln_k = math.log(k)
+    h = torch.tensor([[0.0, 0.26 * ln_k, 0.26 * ln_k, ln_k, ln_k * (1 + 1e-6)],  # model A
+                      [0.99 * ln_k, 0.0, 0.5 * ln_k, 0.1, 0.1]])                  # model B
+    noisy = torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0])
+    hist = entropy_histogram(h, noisy, k, bins=4)
+    assert hist.shape == (2, 2, 4) and hist.sum() == 10
+    assert hist[0, 0].tolist() == [1, 1, 0, 1]  # clean labels: H = 0, 0.26 ln K, ln K (+ rounding) in the last bin
+    assert hist[0, 1].tolist() == [0, 1, 0, 1]  # noisy labels
+    assert hist[1, 0].tolist() == [1, 0, 1, 1] and hist[1, 1].tolist() == [2, 0, 0, 0]

@@ -20,7 +20,7 @@ TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--
         "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0"]
 METRIC_KEYS = {"epoch", "lr", "chi", "seconds", "train_loss_a", "train_loss_b", "test_acc_a", "test_acc_b",
                "test_acc_mean", "test_acc_ens", "selected_b2a", "selected_a2b", "precision_b2a", "precision_a2b",
-               "memorized_a", "memorized_b"}
+               "recall_b2a", "recall_a2b", "memorized_a", "memorized_b", "confidence_a", "confidence_b"}
 
 
 def cli(*args, timeout=120):
@@ -50,6 +50,21 @@ def test_cli_run_writes_every_file_with_its_keys(tmp_path):
     assert summary["test_acc_mean"] == pytest.approx((summary["test_acc_a"] + summary["test_acc_b"]) / 2)
     ckpt = torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)
     assert ckpt["epoch"] == 2 and {"model_a", "model_b", "opt_a", "opt_b", "sched_a", "sched_b", "rng_cpu"} <= set(ckpt)
+    check_entropy_hist(out, rows, noisy, config["synthetic_classes"])
+
+
+def check_entropy_hist(out, rows, noisy_labels, k, clean_labels=None):
+    """entropy_hist.npz: per epoch and model, every training sample once; the noisy split counts the noisy labels."""
+    with np.load(os.path.join(out, "entropy_hist.npz")) as f:
+        h = {key: f[key] for key in f.files}
+    assert h["epoch"].tolist() == [r["epoch"] for r in rows]
+    assert h["counts"].shape[:3] == (len(rows), 2, 2) and h["edges"][-1] == pytest.approx(math.log(k))
+    per_model = h["counts"].sum(axis=(2, 3))  # (epochs, models)
+    assert (per_model == np.array([[r["train_samples"]] * 2 for r in rows])).all()
+    assert h["chi_end"].tolist() == pytest.approx([r["chi"] for r in rows])
+    if clean_labels is not None and bool(h["known_clean"]):
+        n_noisy = int((noisy_labels != clean_labels).sum())
+        assert (h["counts"][:, :, 1].sum(-1) == n_noisy).all()  # drop_last-free tiny runs see every sample
 
 
 @pytest.mark.parametrize("mode,lc", [(m, lc) for m in ("zero", "all", "static", "progressive") for lc in LCS]
@@ -117,6 +132,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     res = cli(*flags, "--out", part, "--resume")
     assert res.returncode == 0, res.stderr
     assert metrics(part) == [dict(r, seconds=p["seconds"]) for r, p in zip(metrics(full), metrics(part))]
+    with np.load(os.path.join(full, "entropy_hist.npz")) as f, np.load(os.path.join(part, "entropy_hist.npz")) as g:
+        assert set(f.files) == set(g.files) and all(np.array_equal(f[k], g[k]) for k in f.files)
     a = torch.load(os.path.join(full, "checkpoint.pt"), weights_only=True)
     b = torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)
     for k in ("model_a", "model_b"):
@@ -211,13 +228,13 @@ def test_training_step_is_sync_free_on_cuda(mode, lc):
     acc = 0
     for i in range(3):  # warm-up: lazy state such as momentum buffers
         x, y, y_clean = next(it)
-        acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)
+        acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)[0]
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for i in range(2):
             x, y, y_clean = next(it)
-            acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)
+            acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)[0]
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert acc[0].item() == 5 * 128

@@ -25,7 +25,7 @@ import rundir
 from batches import Batches
 from config import fail, get_args, resolve
 from label_correction import confidence_from_sum
-from mutual import EpochSums, Method, mutual_step
+from mutual import ENTROPY_BINS, EpochSums, Method, mutual_step
 from noise import add_noise
 from report import epoch_line, epoch_row, evaluate, final_accuracies
 
@@ -133,7 +133,8 @@ def main(argv=None):
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
     common = dict(mean=d.mean, std=d.std, device=device, rank=rank, world=world, workers=args.workers,
                   memory_format=fmt)
-    batches = Batches(train, labels=noisy, clean=clean, batch_size=args.batch_size, **common)
+    batches = Batches(train, labels=noisy, clean=clean, batch_size=args.batch_size, augment=args.augment == "paper",
+                      **common)
     evals = {name: Batches(v, labels=v.labels, clean=v.labels, batch_size=500, train=False, **common)
              for name, v in tests.items()}
     if rank == 0:
@@ -146,15 +147,19 @@ def main(argv=None):
         for n in nets:
             n.train()
         acc = torch.zeros(len(EpochSums._fields), device=device)  # summed on the device, read once an epoch
+        hist = torch.zeros(2, 2, ENTROPY_BINS, device=device)      # H(p) of A and B, clean / noisy given labels
         lr = opts[0].param_groups[0]["lr"]
         for i, (x, y, y_clean) in enumerate(batches.epoch(args.seed, epoch)):
             t = epoch + i / steps  # fractional epochs, for Eq. 7 and ProSelfLC
-            acc += mutual_step(fwd, opts, x, y, y_clean, method=method, chi=method.chi(t, args.epochs, k),
-                               progress=t / args.epochs, r=r, autocast=autocast, scaler=scaler)
+            sums, step_hist = mutual_step(fwd, opts, x, y, y_clean, method=method, chi=method.chi(t, args.epochs, k),
+                                          progress=t / args.epochs, r=r, autocast=autocast, scaler=scaler)
+            acc += sums
+            hist += step_hist
             if log_every and rank == 0 and (i + 1) % log_every == 0:
                 print(f"  epoch {epoch:3d} step {i + 1}/{steps} {time.time() - t0:.1f}s", flush=True)
         if world > 1:
             dist.all_reduce(acc)
+            dist.all_reduce(hist)
         s = EpochSums(*acc.tolist())  # the one host sync of the epoch
         if s.nonfinite > 0:
             fail(f"loss became NaN/inf in epoch {epoch}; kept the checkpoint of epoch {epoch}. "
@@ -169,6 +174,8 @@ def main(argv=None):
                         results)
         if rank == 0:
             rundir.append_metrics(args.out, row)
+            rundir.append_entropy_hist(args.out, epoch + 1, hist.cpu().numpy(), k, method.chi(epoch, args.epochs, k),
+                                       row["chi"], known_clean)
             rundir.save_checkpoint(args.out, config, epoch + 1, nets, opts, scheds, r, device)
             print(epoch_line(row), flush=True)
 
