@@ -112,6 +112,8 @@ def get_args(argv):
     g.add_argument("--synthetic-size", type=int, default=2000, help="synthetic: training images")
     g.add_argument("--synthetic-test-size", type=int, default=1000, help="synthetic: test images")
     g.add_argument("--synthetic-classes", type=int, default=10, help="synthetic: number of classes K")
+    g.add_argument("--synthetic-shift", type=int, default=4,
+                   help="synthetic: each image's patterns are shifted by up to this many pixels (0: none)")
     g.add_argument("--synthetic-difficulty", type=float, default=2.0,
                    help="synthetic: clutter std over class-signal std (2: a small CNN reaches ~80%% clean)")
 

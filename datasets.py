@@ -75,7 +75,7 @@ def _require_file(path, listed_in):
 
 
 def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthetic_size=2000,
-                 synthetic_classes=10, synthetic_test_size=1000, synthetic_difficulty=2.0):
+                 synthetic_classes=10, synthetic_test_size=1000, synthetic_difficulty=2.0, synthetic_shift=4):
     """name -> Data. data_dir is unused for "synthetic". Raises DataError on bad input.
 
     image_size: food101/webvision/folder crop size (default 224/299/224); the side
@@ -87,7 +87,7 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
     if name == "synthetic":
         try:
             train, test = make_synthetic(synthetic_size, synthetic_test_size, synthetic_classes,
-                                         synthetic_difficulty, seed, image_size or 32)
+                                         synthetic_difficulty, seed, image_size or 32, shift=synthetic_shift)
         except ValueError as err:
             raise DataError(str(err)) from err
         return Data(TensorImages(*train), {"test": TensorImages(*test)}, synthetic_classes,

@@ -32,16 +32,23 @@ from paper_tables import KNOWLEDGE, MEAN, PRESETS
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
 # ---------------------------------------------------------------- scales
-# demo: a CPU-sized problem where 40% symmetric noise is memorised: 500 training images of the synthetic
-# data at difficulty 1 (a cnn learns the clean classes in a few epochs, then starts fitting the wrong
-# labels), 500 test images, 36 epochs with the lr divided by 10 at 24 and 32. About a minute a run on
-# 2 CPU cores. Chosen before the demo was run and not tuned on its outcome.
-DEMO_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "500", "--synthetic-test-size", "500",
-              "--synthetic-difficulty", "1.0", "--epochs", "36", "--milestones", "24,32", "--device", "cpu"]
+# demo: the CPU-sized regime the paper is about, where a network fits its noisy training labels. 2,000
+# synthetic 16x16 images of 10 classes, not shifted, with clutter of 3x the class signal; the mlp (an MLP
+# has no translation invariance, so its images are not shifted), no augmentation, 40 epochs at lr 0.05
+# divided by 10 at 20 and 30, the paper's weight decay. Fixed from zero knowledge alone before any CMD row
+# ran: CE learns the clean classes first (best test accuracy 91-94% at epoch 2, seeds 0-2), then memorises
+# every noisy label and ends 26-27 points lower.
+DEMO_FLAGS = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "2000", "--synthetic-test-size", "1000",
+              "--synthetic-difficulty", "3", "--synthetic-shift", "0", "--image-size", "16", "--augment", "none",
+              "--epochs", "40", "--lr", "0.05", "--milestones", "20,30", "--device", "cpu"]
+# benign: the earlier CPU demonstration, where noise does little harm and CMD has nothing to act on: a cnn
+# with the paper's augmentation on 500 images at difficulty 1 (memorises 4-10% of the noisy labels).
+BENIGN_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "500", "--synthetic-test-size", "500",
+                "--synthetic-difficulty", "1.0", "--epochs", "36", "--milestones", "24,32", "--device", "cpu"]
 SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--synthetic-size", "128",
                "--synthetic-test-size", "64", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu"]
-SCALES = {"paper": ["--dataset", "cifar100"], "demo": DEMO_FLAGS, "smoke": SMOKE_FLAGS}
-# Cells the demo runs, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
+SCALES = {"paper": ["--dataset", "cifar100"], "demo": DEMO_FLAGS, "benign": BENIGN_FLAGS, "smoke": SMOKE_FLAGS}
+# Cells the CPU scales run, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
 DEMO_GRID = {"table1": (None, ["mylc"]), "table2": (None, ["sym40"])}
 
 
@@ -51,14 +58,14 @@ def grid(t, scale):
     rows, cols = [r[0] for r in t["rows"]], [c[0] for c in t["cols"]]
     if scale == "smoke":
         rows, cols = rows[:2], cols[:1]
-    elif scale == "demo":
+    elif scale in ("demo", "benign"):
         want_rows, want_cols = DEMO_GRID.get(t["key"], (None, None))
         rows, cols = want_rows or rows, want_cols or cols
     return [(r, c) for r in rows for c in cols]
 
 
 def cell_flags(t, row, col, scale):
-    """train.py flags of one cell; below paper scale every --arch gives way to the scale's cnn."""
+    """train.py flags of one cell; below paper scale every --arch gives way to the scale's network."""
     flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + dict((c[0], c[2]) for c in t["cols"])[col]
     if scale != "paper":
         i = flags.index("--arch") if "--arch" in flags else None
@@ -93,8 +100,9 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
 
 
 # ---------------------------------------------------------------- running
-def run_jobs(todo, gpus=0):
-    """Run the unfinished jobs, `gpus` at a time (each sees one GPU) or one by one. Returns {name: error}."""
+def run_jobs(todo, gpus=0, jobs=1):
+    """Run the unfinished jobs, `gpus` at a time (each sees one GPU), else `jobs` at a time on the CPU (each
+    with an equal share of its cores as torch threads). Returns {name: error}."""
     pending, failed, running = [], {}, {}
     for i, job in enumerate(todo):
         if not os.path.exists(os.path.join(job["dir"], "summary.json")):
@@ -105,12 +113,16 @@ def run_jobs(todo, gpus=0):
             print(f"[{i + 1}/{len(todo)}] {job['name']}: FAILED: {failed[job['name']]}", flush=True)
         else:
             print(f"[{i + 1}/{len(todo)}] {job['name']}: skipped (summary.json exists)", flush=True)
-    slots = list(range(gpus)) if gpus else [None]
+    if gpus:
+        slots = {i: dict(CUDA_VISIBLE_DEVICES=str(i)) for i in range(gpus)}
+    else:
+        threads = str(max(1, (os.cpu_count() or 1) // jobs))
+        slots = {i: dict(OMP_NUM_THREADS=threads) if jobs > 1 else {} for i in range(jobs)}
     try:
         while pending or running:
             for slot in slots:
                 if slot not in running and pending:
-                    running[slot] = start(*pending.pop(0), slot)
+                    running[slot] = start(*pending.pop(0), slots[slot])
             time.sleep(0.1)
             for slot, r in list(running.items()):
                 if r["proc"].poll() is None:
@@ -147,14 +159,13 @@ def same_run(d, key):
     return dict(zip(saved[::2], saved[1::2])) == dict(zip(key[::2], key[1::2]))
 
 
-def start(i, job, slot):
+def start(i, job, env):
     os.makedirs(job["dir"], exist_ok=True)  # train.py only refuses dirs holding config/metrics/checkpoint
     with open(os.path.join(job["dir"], "sweep.json"), "w") as f:
         json.dump(job["key"], f)
     log = open(os.path.join(job["dir"], "train.log"), "a")
     err = open(os.path.join(job["dir"], "train.err"), "a")
-    env = dict(os.environ) if slot is None else dict(os.environ, CUDA_VISIBLE_DEVICES=str(slot))
-    proc = subprocess.Popen([sys.executable, TRAIN, *job["argv"]], stdout=log, stderr=err, env=env)
+    proc = subprocess.Popen([sys.executable, TRAIN, *job["argv"]], stdout=log, stderr=err, env={**os.environ, **env})
     return dict(i=i, job=job, proc=proc, log=log, err=err, err_at=err.tell(), t0=time.time())
 
 
@@ -166,23 +177,78 @@ def mean_std(values):
     return m, (math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else None), n
 
 
+def finished_runs(t, row, col, scale, seeds, sweep_dir):
+    """The run folders of one cell whose summary.json exists and that ran with this scale's flags."""
+    flags = cell_flags(t, row, col, scale)
+    dirs = [os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}") for seed in range(seeds)]
+    return [d for seed, d in enumerate(dirs) if os.path.exists(os.path.join(d, "summary.json"))
+            and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)])]
+
+
 def load_cells(t, scale, seeds, sweep_dir):
     """{(row, col): (mean, std, n)} over the seeds whose summary.json exists (and was run with these
     flags); cells with none are absent."""
     cells = {}
     for row in t["rows"]:
         for col in t["cols"]:
-            flags = cell_flags(t, row[0], col[0], scale)
             values = []
-            for seed in range(seeds):
-                d = os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}")
-                path = os.path.join(d, "summary.json")
-                if os.path.exists(path) and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)]):
-                    with open(path) as f:
-                        values.append(json.load(f)[col[3]])
+            for d in finished_runs(t, row[0], col[0], scale, seeds, sweep_dir):
+                with open(os.path.join(d, "summary.json")) as f:
+                    values.append(json.load(f)[col[3]])
             if values:
                 cells[row[0], col[0]] = mean_std(values)
     return cells
+
+
+def run_diagnostics(d):
+    """What one run's metrics.jsonl says about memorisation and selection (means of models A and B)."""
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    both = lambda r, key: (r[f"{key}_a"] + r[f"{key}_b"]) / 2  # noqa: E731
+    pairs = lambda key: [(r[f"selected_{x}"], r[f"{key}_{x}"]) for r in rows for x in ("b2a", "a2b")]  # noqa: E731
+    weighted = [(s, v) for s, v in pairs("precision") if v is not None]
+    return dict(best=max(r["test_acc_mean"] for r in rows), drop=max(r["test_acc_mean"] for r in rows)
+                - rows[-1]["test_acc_mean"], memorized=both(rows[-1], "memorized"),
+                selected=sum(s for s, _ in pairs("precision")) / (2 * len(rows)),
+                precision=sum(s * v for s, v in weighted) / sum(s for s, _ in weighted) if weighted else None,
+                recall=sum(v for _, v in pairs("recall") if v is not None) / (2 * len(rows)),
+                r_end=both(rows[-1], "confidence"))
+
+
+DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - final", "{:.1f}"),
+               ("memorized", "noisy labels memorised at the end", "{:.2f}"),
+               ("selected", "fraction distilled", "{:.3f}"), ("precision", "precision of distilled targets", "{:.2f}"),
+               ("recall", "recall of clean-labelled samples", "{:.3f}"), ("r_end", "MyLC's r at the end", "{:.2f}")]
+
+
+def render_diagnostics(t, scale, seeds, sweep_dir):
+    """Per row, mean ± std over seeds of run_diagnostics; and whether the demo's preconditions hold on zero
+    knowledge: at least 30% of the noisy labels memorised at the end, final accuracy below the best epoch."""
+    col = t["cols"][0][0]
+    lines = ["### Diagnostics (means over epochs and over A and B; mean ± std over seeds)", "",
+             "| | " + " | ".join(label for _, label, _ in DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
+    got = {}
+    for row, label, _ in t["rows"]:
+        runs = [run_diagnostics(d) for d in finished_runs(t, row, col, scale, seeds, sweep_dir)]
+        if not runs:
+            continue
+        got[row] = {k: mean_std([r[k] for r in runs if r[k] is not None] or [math.nan]) for k, _, _ in DIAGNOSTICS}
+        cells = []
+        for key, _, form in DIAGNOSTICS:
+            m, s, _ = got[row][key]
+            cells.append("–" if math.isnan(m) else form.format(m) + ("" if s is None else " ± " + form.format(s)))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    zero = [r for r in ("ce", "zero") if r in got]
+    if zero:
+        lines += ["", "Preconditions, on the zero-knowledge rows (measured before any CMD row is looked at): "
+                  "at least 30% of the noisy labels memorised at the end, and final accuracy clearly below "
+                  "the best epoch's."]
+        for r in zero:
+            mem, drop = got[r]["memorized"], got[r]["drop"]
+            holds = mem[0] >= 0.3 and drop[0] > 2 * (drop[1] or 0) and drop[0] >= 1
+            lines.append(f"- {dict((k, lab) for k, lab, _ in t['rows'])[r]}: memorised {mem[0]:.2f}, "
+                         f"best - final {drop[0]:.1f} points: {'hold' if holds else 'do not hold'}")
+    return lines + [""]
 
 
 def fmt(stat, seeds):
@@ -246,25 +312,28 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
     """The whole markdown file: header, one table per subtable, Table 1's verdicts, failed runs."""
     lines = [f"# {preset} at {scale} scale", "", header, "",
              f"train.py flags of every run at this scale: `{shlex.join(SCALES[scale])}`" +
-             ("" if scale == "paper" else "; synthetic data and every network the small cnn (Table 4's columns "
-                                          "are then one cnn pair's A, B and mean), so the measured numbers are "
-                                          "not comparable to the paper's, only their order is"), ""]
+             ("" if scale == "paper" else "; synthetic data and every network the scale's small one (Table 4's "
+                                          "columns are then one pair's A, B and mean), so the measured numbers "
+                                          "are not comparable to the paper's, only their order is"), ""]
     for t in PRESETS[preset]:
         cells = load_cells(t, scale, seeds, sweep_dir)
         lines += render_table(t, cells, seeds)
         if t["key"] == "table1":
             lines += knowledge_verdicts(t, cells)
+        if t["key"] == "demo":
+            lines += render_diagnostics(t, scale, seeds, sweep_dir)
     if failed:
         lines += ["## Failed runs", ""] + [f"- `{k}`: {v}" for k, v in sorted(failed.items())] + [""]
     return "\n".join(lines)
 
 
-def hardware(argv, gpus):
+def hardware(argv, gpus, jobs):
     import torch  # only here: --dry-run and the tests of the tables need no torch
     cpu = "--device" in argv and argv[argv.index("--device") + 1] == "cpu"
     if torch.cuda.is_available() and not cpu:
         return f"{max(gpus, 1)} x {torch.cuda.get_device_name(0)}", torch.__version__
-    return f"CPU ({torch.get_num_threads()} threads)", torch.__version__
+    cores = os.cpu_count() or 1
+    return f"CPU ({cores} cores, {jobs} run{'s' if jobs > 1 else ''} at a time)", torch.__version__
 
 
 def main(argv=None):
@@ -272,17 +341,20 @@ def main(argv=None):
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("preset", choices=sorted(PRESETS))
-    p.add_argument("--scale", choices=("paper", "demo", "smoke"), default="paper",
-                   help="paper: CIFAR-100 and the paper's networks (GPU); demo: synthetic data and a small CNN, "
-                        "minutes on a CPU; smoke: seconds, for tests (default: paper)")
+    p.add_argument("--scale", choices=tuple(SCALES), default="paper",
+                   help="paper: CIFAR-100 and the paper's networks (GPU); demo: synthetic data where an mlp "
+                        "memorises the noisy labels, minutes on a CPU; benign: synthetic data where a cnn does "
+                        "not, and noise does little harm; smoke: seconds, for tests (default: paper)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1; cells show mean ± sample std")
     p.add_argument("--out", default="sweeps", metavar="DIR",
                    help="runs go in DIR/<preset>-<scale>/, the table in DIR/<preset>-<scale>.md")
     p.add_argument("--gpus", type=int, default=0, help="run N at a time, run i with CUDA_VISIBLE_DEVICES=i")
+    p.add_argument("--jobs", type=int, default=1, help="without --gpus: run N at a time on the CPU, each with "
+                                                        "an equal share of the cores")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    if args.seeds < 1 or args.gpus < 0:
-        p.error("--seeds must be >= 1 and --gpus >= 0")
+    if args.seeds < 1 or args.gpus < 0 or args.jobs < 1:
+        p.error("--seeds and --jobs must be >= 1 and --gpus >= 0")
     t0 = time.time()
     sweep_dir = os.path.join(args.out, f"{args.preset}-{args.scale}")
     todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
@@ -290,8 +362,8 @@ def main(argv=None):
         for job in todo:
             print(shlex.join(["python", "train.py", *job["argv"]]))
         return 0
-    failed = run_jobs(todo, args.gpus)
-    hw, version = hardware(SCALES[args.scale] + extra, args.gpus)
+    failed = run_jobs(todo, args.gpus, args.jobs)
+    hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:
         path = os.path.join(job["dir"], "summary.json")

@@ -27,7 +27,7 @@ def make_synthetic(n_train, n_test, k, difficulty, seed, size=32, shift=4, band=
     Returns (train, test), each (uint8 images (n, 3, size, size), int64 labels (n,)).
     Raises ValueError on impossible sizes.
     """
-    if min(n_train, n_test) < 1 or k < 2 or n_train < k or difficulty < 0 or size < 8:
+    if min(n_train, n_test) < 1 or k < 2 or n_train < k or difficulty < 0 or size < 8 or shift < 0:
         raise ValueError(f"synthetic data needs >= 2 classes, >= 1 train image per class, >= 1 test image, "
                         f"difficulty >= 0 and image size >= 8; got {n_train} train, {n_test} test, {k} classes, "
                         f"difficulty {difficulty}, size {size}")

@@ -137,16 +137,48 @@ def test_every_command_passes_train_py_checks(preset):
         for job in todo:
             args = config.resolve(config.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
             assert args.dataset == ("cifar100" if scale == "paper" else "synthetic")
-            assert scale == "paper" or args.arch == "cnn,cnn"
+            small = {"demo": "mlp,mlp", "benign": "cnn,cnn", "smoke": "cnn,cnn"}
+            assert args.arch == small[scale] if scale in small else args.arch != "cnn,cnn"
             assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")
 
 
-def test_demo_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it():
-    res = cli("sweep.py", "table1", "--scale", "demo", "--seeds", "3", "--dry-run")
+@pytest.mark.parametrize("scale,flags", [("demo", sweep.DEMO_FLAGS), ("benign", sweep.BENIGN_FLAGS)])
+def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale, flags):
+    res = cli("sweep.py", "table1", "--scale", scale, "--seeds", "3", "--dry-run")
     lines = res.stdout.splitlines()
     assert res.returncode == 0 and len(lines) == 12
-    assert all(ln.startswith("python train.py " + " ".join(sweep.DEMO_FLAGS)) and "--lc mylc" in ln for ln in lines)
+    assert all(ln.startswith("python train.py " + " ".join(flags)) and "--lc mylc" in ln for ln in lines)
     assert [ln.split("--mode ")[1].split()[0] for ln in lines[:4]] == ["zero", "all", "static", "progressive"]
+
+
+def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_diagnostics(tmp_path):
+    """The demonstration's grid end to end at smoke size: histograms add up, the table has its diagnostics."""
+    import datasets
+    import numpy as np
+    out = str(tmp_path)
+    res = cli("sweep.py", "demo", "--scale", "smoke", "--seeds", "1", "--out", out, "--jobs", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    md = open(os.path.join(out, "demo-smoke.md")).read()
+    assert "| CE, zero knowledge | " in md and "(paper 47.20)" in md and "### Diagnostics" in md
+    assert "CPU (" in md and "2 runs at a time" in md
+    assert re.search(r"- CE, zero knowledge: memorised \d\.\d\d, best - final -?\d+\.\d points: (hold|do not hold)", md)
+    f = dict(zip(sweep.SMOKE_FLAGS[::2], sweep.SMOKE_FLAGS[1::2]))
+    clean = datasets.load_dataset("synthetic", None, seed=0, synthetic_size=int(f["--synthetic-size"]),
+                                  synthetic_test_size=int(f["--synthetic-test-size"]),
+                                  synthetic_classes=int(f["--synthetic-classes"])).train.labels
+    for run in ("zero-ce-sym40-s0", "zero-mylc-sym40-s0"):
+        d = os.path.join(out, "demo-smoke", run)
+        noisy = np.load(os.path.join(d, "noisy_labels.npy"))
+        with np.load(os.path.join(d, "entropy_hist.npz")) as h:
+            counts = h["counts"]  # (epochs, model, clean/noisy, bins)
+            assert bool(h["known_clean"]) and counts.shape[:3] == (1, 2, 2)
+        assert (counts.sum(axis=(2, 3)) == len(noisy)).all()  # every training sample once per model
+        assert (counts[:, :, 1].sum(-1) == (noisy != clean).sum()).all() and (noisy != clean).sum() > 0
+    pytest.importorskip("matplotlib")
+    run = os.path.join(out, "demo-smoke", "zero-mylc-sym40-s0")
+    res = cli("plot.py", run, "--out", str(tmp_path / "png"))
+    assert res.returncode == 0, res.stderr
+    assert os.path.getsize(tmp_path / "png" / "entropy.png") > 1000
 
 
 def fake_run(d, config, n_epochs=3):
@@ -167,6 +199,8 @@ def test_plot_writes_every_png_for_runs(smoke, tmp_path):
     assert res.returncode == 0, res.stderr
     for name in ("accuracy.png", "chi.png", "selection.png", "memorization.png"):
         assert os.path.getsize(tmp_path / "png" / name) > 1000
+    for run in runs:  # real runs have entropy histograms (the fake one does not): one figure each
+        assert os.path.getsize(tmp_path / "png" / f"entropy-{os.path.basename(run)}.png") > 1000
 
 
 def test_plot_of_a_sweep_is_accuracy_against_b(tmp_path):

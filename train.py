@@ -53,7 +53,7 @@ def load_data(args, ckpt):
         d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, seed=args.seed,
                                   synthetic_size=args.synthetic_size, synthetic_classes=args.synthetic_classes,
                                   synthetic_test_size=args.synthetic_test_size,
-                                  synthetic_difficulty=args.synthetic_difficulty)
+                                  synthetic_difficulty=args.synthetic_difficulty, synthetic_shift=args.synthetic_shift)
     except datasets.DataError as e:
         fail(str(e))
     rng = np.random.default_rng(args.seed)
