@@ -94,8 +94,8 @@ def save(plt, fig, path):
     return path
 
 
-def plot_runs(plt, runs, out):
-    """accuracy, chi, selection and memorization plots for runs read by load_run."""
+def plot_runs(plt, runs, out, hist_epochs=None):
+    """accuracy, chi, selection and memorization plots for runs read by load_run, and their entropy plots."""
     names = labels([r["config"] for r in runs], [r["dir"] for r in runs])
     written = []
     for fname, keys, ylabel in (("accuracy.png", ("test_acc_a", "test_acc_b"), "test accuracy (%)"),
@@ -118,15 +118,18 @@ def plot_runs(plt, runs, out):
     with_hist = [(run, name) for run, name in zip(runs, names) if os.path.exists(os.path.join(run["dir"], HIST))]
     for run, name in with_hist:
         fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{os.path.basename(os.path.normpath(run['dir']))}.png"
-        written.append(plot_entropy(plt, run["dir"], name, os.path.join(out, fname)))
+        written.append(plot_entropy(plt, run["dir"], name, os.path.join(out, fname), epochs_wanted=hist_epochs))
     return written
 
 
 HIST = "entropy_hist.npz"
 
 
-def plot_entropy(plt, run_dir, name, path, panels=6):
+def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
     """Small multiples of H(p) histograms: rows A and B, columns a few epochs from first to last.
+
+    The epochs are spaced geometrically (1, 2, 4, 9, 19, 40 of 40), since what decides CMD, which
+    samples become confident first, happens early; epochs_wanted picks them instead.
 
     Clean given labels and noisy ones are overlaid (when the clean labels are known),
     each as the fraction of that model's training samples in a bin; chi at the end of
@@ -135,7 +138,10 @@ def plot_entropy(plt, run_dir, name, path, panels=6):
     with np.load(os.path.join(run_dir, HIST)) as f:
         h = {k: f[k] for k in f.files}
     epochs, counts, edges = h["epoch"], h["counts"], h["edges"]
-    picks = sorted(set(np.linspace(0, len(epochs) - 1, min(panels, len(epochs))).round().astype(int)))
+    if epochs_wanted:
+        picks = [i for i, e in enumerate(epochs) if e in set(epochs_wanted)] or [len(epochs) - 1]
+    else:
+        picks = sorted(set(np.geomspace(1, len(epochs), min(panels, len(epochs))).round().astype(int) - 1))
     fig, axes = plt.subplots(2, len(picks), figsize=(2.6 * len(picks), 4.6), sharex=True, squeeze=False)
     width = np.diff(edges)
     for col, i in enumerate(picks):
@@ -220,6 +226,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="train.py run folders, or sweep.py sweep folders")
     p.add_argument("--out", help="output folder (default: the RUN_DIR when one is given, else plots/)")
+    p.add_argument("--hist-epochs", type=lambda s: [int(v) for v in s.split(",") if v],
+                   help="epochs shown by entropy.png, e.g. 1,3,5,10,40 (default: six, spaced geometrically)")
     args = p.parse_args(argv)
     runs, sweeps = [], []
     for d in args.dirs:
@@ -232,7 +240,7 @@ def main(argv=None):
     plt = pyplot()
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else "plots")
     os.makedirs(out, exist_ok=True)
-    written = plot_runs(plt, [load_run(d) for d in runs], out) if runs else []
+    written = plot_runs(plt, [load_run(d) for d in runs], out, args.hist_epochs) if runs else []
     for d in sweeps:
         name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{os.path.basename(os.path.normpath(d))}.png"
         written += [w for w in [plot_sweep(plt, d, os.path.join(out, name))] if w]
