@@ -21,7 +21,7 @@ from mutual import LCS, MODES
 
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
-                "folder": "resnet18", "synthetic": "cnn"}
+                "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34"}
 
 
 class Preset(NamedTuple):
@@ -96,9 +96,9 @@ def get_args(argv):
     p = Parser(description=__doc__.split("\n")[0], formatter_class=Help, epilog=presets_help())
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
-                   help="cifar100, food101, webvision (mini): the paper's; folder: any ImageFolder tree; "
-                        "synthetic: generated in memory, for CPU runs")
-    g.add_argument("--data-dir", default="data", help="dataset root; cifar100 downloads here on first use")
+                   help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10; "
+                        "folder: any ImageFolder tree; synthetic: generated in memory, for CPU runs")
+    g.add_argument("--data-dir", default="data", help="dataset root; cifar100 and cifar10 download here on first use")
     g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/224/299)")
     g.add_argument("--subset", type=int, help="train on N samples drawn with --seed")
     g.add_argument("--noise", choices=("none", "sym", "pair"),
@@ -140,7 +140,7 @@ def get_args(argv):
 
     g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
     g.add_argument("--arch", help=f"NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)} "
-                                  "(default resnet34 on cifar100, resnet50_imagenet on food101, "
+                                  "(default resnet34 on cifar100/cifar10, resnet50_imagenet on food101, "
                                   "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
     g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
                    help="ImageNet weights for resnet50_imagenet (default: on for food101)")
