@@ -11,7 +11,8 @@ take         -- the subset of a TensorImages / FileImages at some indices (valid
 open_image   -- open one image file; a bad file becomes a DataError naming it
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
-synthetic (train.py adds synthetic noise), real-noisy for food101 and webvision.
+synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
+noise.py), real-noisy for food101 and webvision.
 How batches are drawn and augmented is batches.py.
 """
 import json
