@@ -120,8 +120,9 @@ def read_label_file(path):
     """The object torch.save wrote to `path` (zip format, or the legacy one), via _LabelUnpickler.
 
     Like torch.load(weights_only=True) with only those numpy globals allowed (nothing else can be
-    imported or called), and the same on every torch and numpy version. Raises Refused for anything else the file needs, and
-    zipfile.BadZipFile, EOFError, pickle.UnpicklingError or ValueError for a damaged file.
+    imported or called), and the same on every torch and numpy version. Raises Refused for anything
+    else the file needs, and zipfile.BadZipFile, EOFError, pickle.UnpicklingError or ValueError for a
+    damaged file.
     """
     def load(f):
         return _LabelUnpickler(f, encoding="latin1").load()  # latin1: numpy's choice for Python 2 strings
