@@ -17,11 +17,12 @@ from typing import NamedTuple
 
 import datasets
 import models
+import noise
 from mutual import LCS, MODES
 
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
-                "folder": "resnet18", "synthetic": "cnn"}
+                "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34"}
 
 
 class Preset(NamedTuple):
@@ -96,15 +97,21 @@ def get_args(argv):
     p = Parser(description=__doc__.split("\n")[0], formatter_class=Help, epilog=presets_help())
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
-                   help="cifar100, food101, webvision (mini): the paper's; folder: any ImageFolder tree; "
-                        "synthetic: generated in memory, for CPU runs")
-    g.add_argument("--data-dir", default="data", help="dataset root; cifar100 downloads here on first use")
+                   help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10 (CIFAR-10N with "
+                        "--noise human); folder: any ImageFolder tree; synthetic: generated in memory, for CPU runs")
+    g.add_argument("--data-dir", default="data", help="dataset root; cifar100 and cifar10 download here on first use")
     g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/224/299)")
     g.add_argument("--subset", type=int, help="train on N samples drawn with --seed")
-    g.add_argument("--noise", choices=("none", "sym", "pair"),
-                   help="synthetic label noise, §4.1 (default: sym, or none for food101/webvision, whose labels "
-                        "are noisy)")
+    g.add_argument("--noise", choices=("none", "sym", "pair", "human"),
+                   help="label noise: sym or pair, synthetic (§4.1); human: the CIFAR-N labels of cifar10/cifar100 "
+                        "(default: sym, or none for food101/webvision, whose labels are noisy)")
     g.add_argument("--rate", type=float, help="noise rate r in [0, 1) (default 0.4 with --noise sym/pair)")
+    g.add_argument("--noise-file", help="--noise human: the CIFAR-N label file, from " + noise.CIFAR_N_URL +
+                                        " (folder data/) (default <data-dir>/CIFAR-100_human.pt for cifar100, "
+                                        "<data-dir>/CIFAR-10_human.pt for cifar10)")
+    g.add_argument("--noise-key", choices=tuple(noise.CIFAR10N_KEYS),
+                   help="--noise human on cifar10: which CIFAR-10N labels (default worst, about 40%% wrong; "
+                        "aggre: majority vote of three; random1-3: one annotator each)")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
                    help="training augmentation: the paper's crops and flips (appendix), or none")
     g.add_argument("--val-split", type=float, default=0.0,
@@ -142,7 +149,7 @@ def get_args(argv):
 
     g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
     g.add_argument("--arch", help=f"NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)} "
-                                  "(default resnet34 on cifar100, resnet50_imagenet on food101, "
+                                  "(default resnet34 on cifar100/cifar10, resnet50_imagenet on food101, "
                                   "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
     g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
                    help="ImageNet weights for resnet50_imagenet (default: on for food101)")
@@ -190,11 +197,23 @@ def resolve(args):
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
     args.lc = args.lc or "mylc"
+    if args.noise == "human":  # CIFAR-N: the labels and so the rate come from the file
+        if args.dataset not in noise.HUMAN_FILES:
+            fail(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
+                 "choose --dataset cifar10/cifar100 or --noise sym/pair")
+        if args.rate is not None:
+            fail(f"--rate {args.rate} given with --noise human, whose rate is the file's; drop --rate")
+        if args.dataset == "cifar100" and args.noise_key is not None:
+            fail("--noise-key picks one of CIFAR-10N's label sets; CIFAR-100N has one: drop --noise-key")
+        args.noise_key = args.noise_key or ("worst" if args.dataset == "cifar10" else None)
+        args.noise_file = args.noise_file or os.path.join(args.data_dir, noise.HUMAN_FILES[args.dataset])
+    elif args.noise_file is not None or args.noise_key is not None:
+        fail("--noise-file and --noise-key go with --noise human (CIFAR-N)")
     if args.noise is None:
         args.noise = "none" if args.dataset in REAL_NOISE else "sym"
     elif args.noise != "none" and args.dataset in REAL_NOISE:
         warnings.warn(f"{args.dataset} labels are already noisy; adding {args.noise} noise on top", stacklevel=2)
-    if args.rate is None:
+    if args.rate is None and args.noise != "human":
         args.rate = 0.0 if args.noise == "none" else 0.4
     if args.noise == "none" and args.rate > 0:
         fail(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
@@ -217,7 +236,8 @@ def resolve(args):
     if not 0 <= args.val_split < 1:
         fail(f"--val-split must be in [0, 1), got {args.val_split}")
     if args.out is None:
-        tag = "none" if args.noise == "none" else f"{args.noise}{args.rate:g}"
+        tag = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
+        tag += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
         arch_tag = archs[0] if archs[0] == archs[1] else "+".join(archs)
         args.out = os.path.join("runs", f"{args.dataset}-{tag}-{args.mode}-{args.lc}-{arch_tag}-s{args.seed}")
     return args

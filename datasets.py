@@ -2,15 +2,17 @@
 
 DATASETS     -- the names load_dataset accepts
 DataError    -- bad or missing data; its message is one line that says what to do
-TensorImages -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar100, synthetic, small folders
+TensorImages -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar10/100, synthetic, small folders
 FileImages   -- a dataset read from disk by DataLoader workers: food101, webvision, large folders
 Data         -- train set, named test sets, number of classes, normalisation mean/std
 load_dataset -- name -> Data
+CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
 take         -- the subset of a TensorImages / FileImages at some indices (validation split)
 open_image   -- open one image file; a bad file becomes a DataError naming it
 
-Labels returned here are the *given* labels: clean for cifar100, folder and
-synthetic (train.py adds synthetic noise), real-noisy for food101 and webvision.
+Labels returned here are the *given* labels: clean for cifar10/100, folder and
+synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
+noise.py), real-noisy for food101 and webvision.
 How batches are drawn and augmented is batches.py.
 """
 import json
@@ -27,8 +29,9 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 
 from synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, make_synthetic
 
-DATASETS = ("cifar100", "food101", "webvision", "folder", "synthetic")
+DATASETS = ("cifar100", "cifar10", "food101", "webvision", "folder", "synthetic")
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 WEBVISION_URL = "https://data.vision.ee.ethz.ch/cvl/webvision/download.html"
 
@@ -79,7 +82,7 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
     """name -> Data. data_dir is unused for "synthetic". Raises DataError on bad input.
 
     image_size: food101/webvision/folder crop size (default 224/299/224); the side
-    of synthetic images (default 32); cifar100 accepts only None or 32.
+    of synthetic images (default 32); cifar10/100 accept only None or 32.
     seed and synthetic_*: only the synthetic generator reads them (synthetic.py).
     """
     if name not in DATASETS:
@@ -95,8 +98,8 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
     if data_dir is None:
         raise DataError(f"dataset '{name}' reads files, but no data directory was given; pass --data-dir")
     data_dir = os.fspath(data_dir)
-    if name == "cifar100":
-        return _cifar100(data_dir, image_size, download)
+    if name in CIFAR:
+        return _cifar(name, data_dir, image_size, download)
     if name == "food101":
         return _food101(data_dir, image_size or 224, download)
     if name == "webvision":
@@ -104,59 +107,86 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
     return _folder(data_dir, image_size)
 
 
-# ------------------------------------------------------------------ CIFAR-100
+# ------------------------------------------------------------ CIFAR-10/100
 
-def _cifar100(data_dir, image_size, download):
-    """The official python pickles in <data_dir>/cifar-100-python/{train,test,meta}."""
+class Cifar(NamedTuple):
+    """Where a CIFAR lives under data_dir, as its python archive extracts, and which keys its pickles use."""
+    folder: str
+    train: tuple[str, ...]  # the training pickles, in the order of the training set (and of CIFAR-N's labels)
+    test: str
+    meta: str
+    names: str              # key of the class names in `meta`
+    labels: str             # key of the labels in each data pickle
+    torchvision: str        # the torchvision.datasets class that downloads `archive`
+    archive: str
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+CIFAR = {
+    "cifar100": Cifar("cifar-100-python", ("train",), "test", "meta", "fine_label_names", "fine_labels",
+                      "CIFAR100", "cifar-100-python.tar.gz", CIFAR100_MEAN, CIFAR100_STD),
+    "cifar10": Cifar("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch",
+                     "batches.meta", "label_names", "labels", "CIFAR10", "cifar-10-python.tar.gz",
+                     CIFAR10_MEAN, CIFAR10_STD),
+}
+
+
+def _cifar(name, data_dir, image_size, download):
+    """The official python pickles: <data_dir>/cifar-100-python/{train,test,meta} or
+    <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}."""
+    c = CIFAR[name]
     if image_size not in (None, 32):
-        raise DataError(f"cifar100 images are 32x32, got --image-size {image_size}; leave it unset")
-    folder = os.path.join(data_dir, "cifar-100-python")
+        raise DataError(f"{name} images are 32x32, got --image-size {image_size}; leave it unset")
+    folder = os.path.join(data_dir, c.folder)
     if not os.path.isdir(folder):
-        how = ("put the extracted cifar-100-python/ folder (from cifar-100-python.tar.gz, "
+        how = (f"put the extracted {c.folder}/ folder (from {c.archive}, "
                "https://www.cs.toronto.edu/~kriz/cifar.html) under --data-dir")
         if not download:
-            raise DataError(f"CIFAR-100 folder {folder} not found and download is off; {how}")
+            raise DataError(f"{name} folder {folder} not found and download is off; {how}")
         try:
             for train in (True, False):
-                torchvision.datasets.CIFAR100(data_dir, train=train, download=True)
+                getattr(torchvision.datasets, c.torchvision)(data_dir, train=train, download=True)
         except Exception as err:
-            raise DataError(f"CIFAR-100 folder {folder} not found and the download failed "
+            raise DataError(f"{name} folder {folder} not found and the download failed "
                             f"({_first_line(err)}); {how}") from err
     # We unpickle the files ourselves (as torchvision does, encoding="latin1")
-    # instead of using torchvision's CIFAR100 class: that class checks md5 sums on
+    # instead of using torchvision's CIFAR classes: they check md5 sums on
     # every load, so this code path could not be tested on tiny pickles.
-    names = _unpickle(os.path.join(folder, "meta"), {"fine_label_names": list})["fine_label_names"]
+    names = _unpickle(os.path.join(folder, c.meta), {c.names: list}, c.archive)[c.names]
     k = len(names)
-    tests = {}
-    for split in ("train", "test"):
-        path = os.path.join(folder, split)
-        d = _unpickle(path, {"data": np.ndarray, "fine_labels": list})
-        x, y = d["data"], _labels(d["fine_labels"])
-        if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(y) != len(x):
-            raise DataError(f"{path}: expected 'data' uint8 (N, 3072) and N 'fine_labels', got "
-                            f"{x.dtype} {x.shape} and {len(y)} labels; re-extract cifar-100-python.tar.gz")
-        if len(y) and not 0 <= y.min() <= y.max() < k:
-            raise DataError(f"{path}: fine_labels outside 0..{k - 1}; re-extract cifar-100-python.tar.gz")
+    splits = {}
+    for split, files in (("train", c.train), ("test", (c.test,))):
+        xs, ys = [], []
+        for path in (os.path.join(folder, f) for f in files):
+            d = _unpickle(path, {"data": np.ndarray, c.labels: list}, c.archive)
+            x, y = d["data"], _labels(d[c.labels])
+            if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(y) != len(x):
+                raise DataError(f"{path}: expected 'data' uint8 (N, 3072) and N '{c.labels}', got "
+                                f"{x.dtype} {x.shape} and {len(y)} labels; re-extract {c.archive}")
+            if len(y) and not 0 <= y.min() <= y.max() < k:
+                raise DataError(f"{path}: {c.labels} outside 0..{k - 1}; re-extract {c.archive}")
+            xs.append(x)
+            ys.append(y)
         # Each row is the R plane, then G, then B, each 32x32 row-major.
-        tests[split] = TensorImages(torch.from_numpy(x.reshape(-1, 3, 32, 32).copy()), y)
-    train = tests.pop("train")
-    return Data(train, tests, k, CIFAR100_MEAN, CIFAR100_STD)
+        x = np.concatenate(xs)
+        splits[split] = TensorImages(torch.from_numpy(x.reshape(-1, 3, 32, 32)), np.concatenate(ys))
+    return Data(splits["train"], {"test": splits["test"]}, k, c.mean, c.std)
 
 
-def _unpickle(path, keys):
+def _unpickle(path, keys, archive):
     """Load one CIFAR pickle and check it is a dict holding `keys` of the given types."""
     if not os.path.isfile(path):
-        raise DataError(f"CIFAR-100 file {path} not found; re-extract cifar-100-python.tar.gz under --data-dir")
+        raise DataError(f"CIFAR file {path} not found; re-extract {archive} under --data-dir")
     try:
         with open(path, "rb") as f:
             d = pickle.load(f, encoding="latin1")
     except Exception as err:
         raise DataError(f"{path} is not a readable CIFAR pickle ({_first_line(err)}); "
-                        f"re-extract cifar-100-python.tar.gz") from err
+                        f"re-extract {archive}") from err
     for key, kind in keys.items():
         if not isinstance(d, dict) or not isinstance(d.get(key), kind):
-            raise DataError(f"{path}: expected a dict with '{key}' ({kind.__name__}); "
-                            f"re-extract cifar-100-python.tar.gz")
+            raise DataError(f"{path}: expected a dict with '{key}' ({kind.__name__}); re-extract {archive}")
     return d
 
 

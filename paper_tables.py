@@ -2,6 +2,7 @@
 
 PAPER   -- the paper's numbers, transcribed from Tables 1, 2, 4, 5 (Fig. 3 is an image: none)
 PRESETS -- each table's rows and columns as train.py flags; sweep.py runs them
+PAPER_SCALE_ONLY -- presets that need their real data, so run only at sweep.py's --scale paper
 MEAN    -- the summary.json key the paper reports: the mean of the two models' final test accuracies
 
 A table is a dict: key, title, base flags, rows (key, label, flags), cols (key,
@@ -119,4 +120,13 @@ PRESETS = {
              table("fig3b", "Figure 3(b): b at different eta, sym 60% (ResNet34, CIFAR-100, CMD-P+MyLC)",
                    R34 + method("progressive", "mylc") + noise("sym", 60), B_ROWS,
                    [(f"eta{e}", f"eta = {e}", ["--eta", str(e)], MEAN) for e in (2, 3, 4)])],
+    # Beyond the paper: CMD under human label noise, CIFAR-100N (Wei et al. 2022). No paper numbers.
+    "cifar100n": [table("cifar100n", "CIFAR-100N: human label noise (ResNet34, CIFAR-100 with CIFAR-100N's labels)",
+                        R34 + ["--noise", "human"],
+                        [("zero", "Zero", method("zero")), ("progressive", "CMD-P", method("progressive"))],
+                        [(lc, label, ["--lc", lc], MEAN)
+                         for lc, label in [("proselflc", "ProSelfLC"), ("mylc", "MyLC")]])],
 }
+# Synthetic data has no human labels: at demo or smoke scale these presets would measure nothing of theirs.
+PAPER_SCALE_ONLY = {"cifar100n": "it trains on CIFAR-100 with the CIFAR-100N label file (--noise human), which "
+                                 "synthetic data has no counterpart of; run it with --scale paper"}

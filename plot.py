@@ -53,7 +53,10 @@ def load_run(d):
 
 def describe(config):
     """The fields that name a run, in reading order: mode, lc, noise, eta, b, arch, seed."""
-    noise = "clean" if config["noise"] == "none" else f"{config['noise']} {100 * config['rate']:g}%"
+    if config["noise"] == "human":  # CIFAR-N: no rate to set, the label set instead (cifar10)
+        noise = " ".join(filter(None, ("human", config.get("noise_key"))))
+    else:
+        noise = "clean" if config["noise"] == "none" else f"{config['noise']} {100 * config['rate']:g}%"
     lc = "" if config["mode"] in ("mkd", "kdcl") else config["lc"]
     eta, b = config.get("eta"), config.get("b")  # None for mkd and kdcl, "inf" for zero knowledge
     return dict(mode=config["mode"], lc=lc, noise=noise, eta="" if eta is None else f"eta {eta}",

@@ -6,7 +6,8 @@
     python sweep.py table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
-MKD baselines, two architectures), table5 (CMD-S eta), fig3 (b under noise rates, and under eta).
+MKD baselines, two architectures), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
+beyond the paper, cifar100n (zero knowledge and CMD-P under CIFAR-100N's human labels, paper scale only).
 Each run is a subprocess `train.py ... --resume` writing DIR/<preset>-<scale>/<run>-s<seed>/; a run
 whose summary.json exists is skipped, so an interrupted sweep continues where it stopped (inside a
 run too, from its checkpoint). The tables go to DIR/<preset>-<scale>.md: the scale is in the name
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from paper_tables import KNOWLEDGE, MEAN, PRESETS
+from paper_tables import KNOWLEDGE, MEAN, PAPER_SCALE_ONLY, PRESETS
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
@@ -77,14 +78,20 @@ def run_name(flags):
     """A run's directory name from its flags, so that cells with the same flags share one run."""
     f = dict(zip(flags[::2], flags[1::2]))
     parts = [f["--mode"]] + ([f["--lc"]] if "--lc" in f else [])
-    parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
+    if f["--noise"] == "human":  # CIFAR-N: the labels come from a file, with no rate to set
+        parts.append("-".join(["human"] + ([f["--noise-key"]] if "--noise-key" in f else [])))
+    else:
+        parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
     parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b") if k in f]
     return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
 
 
 def jobs(preset, scale, seeds, sweep_dir, extra=()):
     """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, and key (the
-    flags that make the run what it is, kept in its folder as sweep.json)."""
+    flags that make the run what it is, kept in its folder as sweep.json). ValueError for a preset
+    of PAPER_SCALE_ONLY below paper scale."""
+    if scale != "paper" and preset in PAPER_SCALE_ONLY:
+        raise ValueError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
     out, seen = [], set()
     for seed in range(seeds):  # seed 0 of every cell first: a sweep cut short still fills the table
         for t in PRESETS[preset]:
@@ -357,7 +364,11 @@ def main(argv=None):
         p.error("--seeds and --jobs must be >= 1 and --gpus >= 0")
     t0 = time.time()
     sweep_dir = os.path.join(args.out, f"{args.preset}-{args.scale}")
-    todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
+    try:
+        todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
+    except ValueError as e:  # one line, before anything is written
+        print(f"sweep.py: error: {e}", file=sys.stderr)
+        return 2
     if args.dry_run:
         for job in todo:
             print(shlex.join(["python", "train.py", *job["argv"]]))

@@ -87,6 +87,62 @@ def test_cifar100_malformed_pickle(tmp_path, content):
     assert str(tmp_path / "cifar-100-python" / "train") in one_line(err)
 
 
+# ------------------------------------------------------------------- CIFAR-10
+
+def write_cifar10(root, n_per_batch=8, n_test=10, seed=0):
+    """cifar-10-batches-py/ as cifar-10-python.tar.gz extracts: five training batches, a test batch, meta.
+    Protocol 2, the protocol of the released Python 2 pickles."""
+    rng = np.random.default_rng(seed)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    sets = {"train": ([], []), "test": ([], [])}
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        n = n_test if name == "test_batch" else n_per_batch
+        x = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        y = [int(v) for v in rng.integers(0, 10, n)]
+        entry = {"batch_label": f"{name} of 5", "labels": y, "data": x,
+                 "filenames": [f"{name}_{i}.png" for i in range(n)]}
+        (folder / name).write_bytes(pickle.dumps(entry, protocol=2))
+        xs, ys = sets["test" if name == "test_batch" else "train"]
+        xs.append(x)
+        ys += y
+    meta = {"label_names": [f"c{i}" for i in range(10)], "num_cases_per_batch": n_per_batch, "num_vis": 3072}
+    (folder / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+    return {split: (np.concatenate(xs), ys) for split, (xs, ys) in sets.items()}
+
+
+def test_cifar10_reads_the_five_batches_in_order(tmp_path):
+    sets = write_cifar10(tmp_path)
+    d = load_dataset("cifar10", tmp_path, download=False)
+    assert d.num_classes == 10 and set(d.tests) == {"test"} and d.mean == datasets.CIFAR10_MEAN
+    for got, (x, y) in ((d.train, sets["train"]), (d.tests["test"], sets["test"])):
+        assert got.images.dtype == torch.uint8 and got.images.shape == (len(y), 3, 32, 32)
+        assert got.labels.dtype == np.int64 and got.labels.tolist() == y
+        assert np.array_equal(got.images.numpy().reshape(len(y), 3072), x)  # batches 1..5 in order, R G B planes
+
+
+def test_cifar10_missing_folder_and_failed_download(tmp_path, monkeypatch):
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar10", tmp_path, download=False)
+    assert str(tmp_path / "cifar-10-batches-py") in one_line(err)
+
+    def offline(*args, **kwargs):  # stands in for the network only, not for our loader
+        raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+    monkeypatch.setattr(datasets.torchvision.datasets, "CIFAR10", offline)
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar10", tmp_path, download=True)
+    assert "download failed" in one_line(err) and "cifar-10-python.tar.gz" in one_line(err)
+
+
+def test_cifar10_missing_batch_is_named(tmp_path):
+    write_cifar10(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_4").unlink()
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar10", tmp_path, download=False)
+    assert str(tmp_path / "cifar-10-batches-py" / "data_batch_4") in one_line(err)
+
+
 # ------------------------------------------------------------------- Food-101
 
 def write_food101(tmp_path):

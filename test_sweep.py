@@ -132,6 +132,8 @@ def test_paper_numbers_fit_their_tables():
 @pytest.mark.parametrize("preset", sorted(sweep.PRESETS))
 def test_every_command_passes_train_py_checks(preset):
     for scale in sweep.SCALES:
+        if preset in sweep.PAPER_SCALE_ONLY and scale != "paper":
+            continue  # refused: test_cifar100n_runs_only_at_paper_scale
         todo = sweep.jobs(preset, scale, 2, "sweeps")
         assert len({j["dir"] for j in todo}) == len(todo)
         for job in todo:
@@ -140,6 +142,22 @@ def test_every_command_passes_train_py_checks(preset):
             small = {"demo": "mlp,mlp", "benign": "cnn,cnn", "smoke": "cnn,cnn"}
             assert args.arch == small[scale] if scale in small else args.arch != "cnn,cnn"
             assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")
+
+
+def test_cifar100n_runs_only_at_paper_scale(tmp_path):
+    todo = sweep.jobs("cifar100n", "paper", 1, "sweeps")
+    assert [j["name"] for j in todo] == [f"{m}-{lc}-human-resnet34-s0" for m in ("zero", "progressive")
+                                         for lc in ("proselflc", "mylc")]
+    args = config.resolve(config.get_args(todo[3]["argv"]))
+    assert (args.dataset, args.noise, args.mode, args.lc) == ("cifar100", "human", "progressive", "mylc")
+    md = sweep.render("cifar100n", "paper", 3, str(tmp_path / "cifar100n-paper"), "header")
+    assert "| Zero | not run | not run |" in md and "| CMD-P | not run | not run |" in md
+    for scale in ("demo", "smoke"):  # synthetic data has no human labels: one line, exit 2, nothing written
+        res = cli("sweep.py", "cifar100n", "--scale", scale, "--out", str(tmp_path / scale))
+        assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+        assert res.stderr.strip() == f"sweep.py: error: preset cifar100n runs only at --scale paper: " \
+                                     f"{sweep.PAPER_SCALE_ONLY['cifar100n']}"
+        assert not (tmp_path / scale).exists()
 
 
 @pytest.mark.parametrize("scale,flags", [("demo", sweep.DEMO_FLAGS), ("benign", sweep.BENIGN_FLAGS)])

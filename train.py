@@ -26,7 +26,7 @@ from batches import Batches
 from config import fail, get_args, resolve
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, EpochSums, Method, mutual_step
-from noise import add_noise
+from noise import add_noise, human_labels
 from report import epoch_line, epoch_row, evaluate, final_accuracies
 
 def setup_distributed():
@@ -56,6 +56,11 @@ def load_data(args, ckpt):
                                   synthetic_difficulty=args.synthetic_difficulty, synthetic_shift=args.synthetic_shift)
     except datasets.DataError as e:
         fail(str(e))
+    if args.noise == "human" and ckpt is None:  # CIFAR-N: one human label per training image, in its order
+        try:
+            human = human_labels(args.noise_file, args.dataset, args.noise_key, d.train.labels, d.num_classes)
+        except datasets.DataError as e:
+            fail(str(e))
     rng = np.random.default_rng(args.seed)
     keep = np.arange(len(d.train.labels))
     if args.subset:
@@ -71,6 +76,8 @@ def load_data(args, ckpt):
     train = datasets.take(d.train, keep)
     if ckpt is not None:
         noisy = np.load(os.path.join(args.out, "noisy_labels.npy"))
+    elif args.noise == "human":
+        noisy = human[keep]  # the indices --subset and --val-split kept, as for the images
     else:
         noisy = add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
     return d, train, tests, noisy
