@@ -3,7 +3,8 @@
 Each training run checks finite losses, metrics in range, and that the losses, the entropies and
 the selection of Eqs. 3-4 are computed in float32 even where the models' logits are bf16 or fp16.
 The same runs also go on CUDA where a GPU is present. The dtype tests prove that the losses do not
-depend on the autocast dtype of the logits at all: only the logits' own rounding remains.
+depend on the autocast dtype of the logits at all: only the logits' own rounding remains. Last, the
+torchrun helper of the GPU suite (cuda_checks.py) runs here with gloo.
 """
 import copy
 import json
@@ -14,6 +15,7 @@ import shutil
 import pytest
 import torch
 
+import cuda_checks
 import mutual
 import rundir
 import train
@@ -270,3 +272,9 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
     s = mutual.EpochSums(*low_sums.tolist())
     if mode not in ("mkd", "kdcl"):
         assert 0 < s.selected_b2a < n and 0 < s.selected_a2b < n
+
+
+def test_torchrun_smoke_helper_runs_train_py_under_torchrun():
+    # perf_suite's NCCL smoke test, run here with gloo, so that its plumbing works before a GPU window
+    ok, seconds, why = cuda_checks.torchrun_smoke(torch.device("cpu"), timeout=180)
+    assert ok and why is None and seconds > 0
