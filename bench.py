@@ -8,6 +8,8 @@ loss_overhead -- time of cmd_loss + both label corrections (MyLC) on a batch of 
 step_ratio    -- one CMD mutual training step (both models: forward, backward, SGD) over two plain
                  cross-entropy steps of the same two models on the same batch; 1.00 is the floor
 paper_ratio   -- the appendix's CMDWithLoss (appendix_code.paper_cmd_loss) over cmd_loss, same inputs
+step_timing   -- the mutual step eager or under torch.compile: time to steady state, steady-state step
+                 (perf_suite.py's compile figures)
 throughput    -- training images per second of the mutual pair (each image counted once) with the
                  device-resident pipeline and with a torchvision DataLoader pipeline; on CUDA also
                  fp32 against bf16 + channels_last
@@ -134,6 +136,45 @@ def step_figures(args, device):
     return dict(step_ratio=t_cmd / t_ce, step_ms=dict(two_ce_steps=1e3 * t_ce, cmd_step=1e3 * t_cmd))
 
 
+def step_timing(args, device, mode, warmup_steps=5):
+    """(warmup_s, step_ms) of the CMD-P + MyLC mutual step on one fixed batch, eager or compiled.
+
+    mode: None for eager, else torch.compile's mode ("default", "reduce-overhead", ...). warmup_s: the
+    time of the first warmup_steps steps beyond what they take at the steady speed (compilation, CUDA-graph
+    capture, autotuning, first calls); 5 covers CUDA-graph trees (a warm-up run, a recording, replays).
+    step_ms: median of args.repeats steps after them. bf16 if args.amp says so; channels_last on CUDA.
+    """
+    fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+    nets, opts = make_pair(args, device, fmt)
+    if mode is not None:
+        nets = [torch.compile(n) if mode == "default" else torch.compile(n, mode=mode) for n in nets]
+    g = torch.Generator(device).manual_seed(1)
+    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device,
+                    generator=g).contiguous(memory_format=fmt)
+    y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
+    method, r = Method(mode="progressive", lc="mylc"), [torch.tensor(0.6, device=device)] * 2
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
+    # CUDA-graph trees must know where a training step begins (torch >= 2.1 has this function).
+    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None) if mode else None
+
+    def step():
+        if mark is not None:
+            mark()
+        mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(warmup_steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    first = time.perf_counter() - t0
+    seconds = timed(step, device, 0, args.repeats)
+    return first - warmup_steps * seconds, 1e3 * seconds
+
+
 class PILDataset(torch.utils.data.Dataset):
     """The usual CIFAR pipeline: uint8 HWC image -> PIL -> RandomCrop(32, 4) + flip -> ToTensor -> Normalize."""
 
@@ -151,59 +192,64 @@ class PILDataset(torch.utils.data.Dataset):
         return self.tf(Image.fromarray(self.images[i])), int(self.labels[i])
 
 
-def throughput_figures(args, device):
-    """Images per second of the mutual pair: device-resident pipeline vs DataLoader, fp32 vs bf16 on CUDA."""
+def throughput_figures(args, device, configs=None):
+    """Images per second of the mutual pair per pipeline and precision, and their ratios.
+
+    configs: names "<device|dataloader>_<fp32|bf16>"; bf16 runs in channels_last. Default: both
+    pipelines in fp32, and in bf16 too on CUDA.
+    """
     d = datasets.load_dataset("synthetic", None, synthetic_size=args.images, synthetic_classes=args.num_classes,
                               synthetic_test_size=10)
     labels = d.train.labels
     method = Method(mode="progressive", lc="mylc")
     out = {}
     precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
-    for pipeline in ("device", "dataloader"):
-        for prec in precisions:
-            fmt = torch.channels_last if device.type == "cuda" and prec == "bf16" else torch.contiguous_format
-            nets, opts = make_pair(args, device, fmt)
-            autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=prec == "bf16")
-            r = [torch.tensor(0.0, device=device)] * 2
-            if pipeline == "device":
-                batches = Batches(d.train, labels=labels, clean=labels, batch_size=args.batch_size, mean=d.mean,
-                                  std=d.std, device=device, memory_format=fmt)
-                source = lambda epoch: batches.epoch(0, epoch)  # noqa: E731
-            else:
-                loader = torch.utils.data.DataLoader(PILDataset(d.train.images, labels, d.mean, d.std),
-                                                     batch_size=args.batch_size, shuffle=True, drop_last=False,
-                                                     num_workers=args.workers, pin_memory=device.type == "cuda",
-                                                     persistent_workers=args.workers > 0)
+    configs = configs or [f"{pipeline}_{prec}" for pipeline in ("device", "dataloader") for prec in precisions]
+    for pipeline, prec in (c.split("_") for c in configs):
+        fmt = torch.channels_last if prec == "bf16" else torch.contiguous_format
+        nets, opts = make_pair(args, device, fmt)
+        autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=prec == "bf16")
+        r = [torch.tensor(0.0, device=device)] * 2
+        if pipeline == "device":
+            batches = Batches(d.train, labels=labels, clean=labels, batch_size=args.batch_size, mean=d.mean,
+                              std=d.std, device=device, memory_format=fmt)
+            source = lambda epoch: batches.epoch(0, epoch)  # noqa: E731
+        else:
+            loader = torch.utils.data.DataLoader(PILDataset(d.train.images, labels, d.mean, d.std),
+                                                 batch_size=args.batch_size, shuffle=True, drop_last=False,
+                                                 num_workers=args.workers, pin_memory=device.type == "cuda",
+                                                 persistent_workers=args.workers > 0)
 
-                def source(epoch):
-                    for x, y in loader:
-                        yield (x.to(device, non_blocking=True).contiguous(memory_format=fmt),
-                               y.to(device, non_blocking=True), None)
+            def source(epoch):
+                for x, y in loader:
+                    yield (x.to(device, non_blocking=True).contiguous(memory_format=fmt),
+                           y.to(device, non_blocking=True), None)
 
-            scaler = torch.amp.GradScaler(device.type, enabled=False)
+        scaler = torch.amp.GradScaler(device.type, enabled=False)
 
-            def run_epoch(epoch):
-                n = 0
-                for x, y, _ in source(epoch):
-                    mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast,
-                                scaler=scaler)
-                    n += len(y)
-                return n
+        def run_epoch(epoch):
+            n = 0
+            for x, y, _ in source(epoch):
+                mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast,
+                            scaler=scaler)
+                n += len(y)
+            return n
 
-            run_epoch(0)  # warm-up: workers, cudnn autotune
-            times = []
-            for e in range(1, 1 + args.epochs):
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-                n = run_epoch(e)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                times.append(time.perf_counter() - t0)
-            out[f"{pipeline}_{prec}"] = n / statistics.median(times)
-    if device.type == "cuda":
+        run_epoch(0)  # warm-up: workers, cudnn autotune
+        times = []
+        for e in range(1, 1 + args.epochs):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            n = run_epoch(e)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        out[f"{pipeline}_{prec}"] = n / statistics.median(times)
+    if "device_bf16" in out and "dataloader_fp32" in out:
         out["device_bf16_over_dataloader_fp32"] = out["device_bf16"] / out["dataloader_fp32"]
-    out["device_over_dataloader_fp32"] = out["device_fp32"] / out["dataloader_fp32"]
+    if "device_fp32" in out and "dataloader_fp32" in out:
+        out["device_over_dataloader_fp32"] = out["device_fp32"] / out["dataloader_fp32"]
     return out
 
 

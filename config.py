@@ -168,6 +168,9 @@ def get_args(argv):
                    help="auto: CUDA when torch sees a GPU, else CPU")
     g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
                    help="autocast precision (auto: bf16 on CUDA, off on CPU); losses are always float32")
+    g.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto",
+                   help="channels_last memory format for models and batches (auto: on for CUDA, off on CPU); "
+                        "a layout, not a setting of the method: a run may resume with the other one")
     g.add_argument("--compile", action="store_true", help="torch.compile both models")
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="DataLoader workers for datasets read from disk")

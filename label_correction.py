@@ -114,7 +114,7 @@ def mylc(q, p, r, b1, rho=0.5, h=None):
     return (1 - eps) * q + eps * p
 
 
-def tfkd_reg_loss(logits, labels, a=0.99, T=20.0, alpha=0.1, multiplier=100.0):
+def tfkd_reg_loss(logits, labels, a=0.99, T=20.0, alpha=0.1, multiplier=100.0, logp=None):
     """Tf-KD_reg (Yuan et al. 2020), as the authors' public code computes it.
 
     Teacher: a on the given label, (1 - a)/(K - 1) elsewhere; its target is
@@ -126,11 +126,15 @@ def tfkd_reg_loss(logits, labels, a=0.99, T=20.0, alpha=0.1, multiplier=100.0):
     Defaults are the authors' CIFAR-100 ResNet18 setting (T 20, alpha 0.1,
     multiplier 100); for ShuffleNetV2 they use T 10, alpha 0.95, multiplier 1.
     logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
+    logp: optional log_softmax(logits) in float32 that the caller already has (losses.log_probs):
+    then the logits are cast to float32 once per step, so under autocast the gradient into bf16/fp16
+    logits is rounded once, not once per term.
     """
     k = logits.shape[-1]
     teacher = torch.full_like(logits, (1 - a) / (k - 1), dtype=torch.float32)
     teacher.scatter_(1, labels[:, None], a)
     target = F.softmax(teacher / T, dim=-1)
-    logp = F.log_softmax(logits.float(), dim=-1)
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
     kl = F.kl_div(logp, target, reduction="sum") / logp.numel()  # mean over N*K, as nn.KLDivLoss()
-    return (1 - alpha) * F.cross_entropy(logits.float(), labels) + alpha * multiplier * kl
+    return (1 - alpha) * F.nll_loss(logp, labels) + alpha * multiplier * kl  # nll of log_softmax = cross-entropy

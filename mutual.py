@@ -92,7 +92,8 @@ def self_loss(method, logits, logp, q, q_tilde, y):
     if method.lc == "cp":
         return confidence_penalty_loss(logits, q, method.cp_beta, logp=logp)
     if method.lc == "tfkd":
-        return tfkd_reg_loss(logits, y, method.tfkd_a, method.tfkd_t, method.tfkd_alpha, method.tfkd_multiplier)
+        return tfkd_reg_loss(logits, y, method.tfkd_a, method.tfkd_t, method.tfkd_alpha, method.tfkd_multiplier,
+                             logp=logp)
     return soft_cross_entropy(q_tilde, logp).mean()
 
 

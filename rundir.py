@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 # Settings that may differ between a run and its resumption: they change how it runs, not what it computes.
-RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "log_every", "data_dir")
+RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "channels_last", "log_every", "data_dir")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
 
 

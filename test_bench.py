@@ -1,7 +1,13 @@
-"""bench.py runs end to end and reports every figure under the names the README uses (no timing asserts)."""
+"""bench.py and perf_suite.py run end to end and report every figure under the README's names (no timing asserts)."""
 import json
+import statistics
+
+import pytest
+import torch
 
 import bench
+import perf_suite
+from test_cuda_config import has_cpp_compiler
 
 
 def test_bench_reports_every_figure(tmp_path):
@@ -13,3 +19,54 @@ def test_bench_reports_every_figure(tmp_path):
         assert saved[key] == res[key] and saved[key] > 0
     assert saved["throughput"]["device_fp32"] > 0 and saved["throughput"]["dataloader_fp32"] > 0
     assert {"device", "torch", "command", "date"} <= set(saved)
+
+
+# Every key the suite writes, as the README's performance section names them.
+SUITE_KEYS = {
+    "device", "torch", "cuda", "cudnn", "date", "command", "small", "budget_s", "amp", "wall_s",
+    "sync_free", "sync_free_cases", "torchrun_nccl", "torchrun_s",
+    "step_ratio", "step_ms_cmd", "step_ms_ce",
+    "throughput_dataloader_fp32", "throughput_device_fp32", "throughput_device_bf16_cl",
+    "device_fp32_over_dataloader", "device_bf16_cl_over_dataloader",
+    "epoch_s", "epochs_100_min", "epochs_other_s", "peak_memory_gib",
+    "eager_warmup_s", "eager_step_ms",
+    *(f"compile_{m}_{k}" for m in ("default", "reduce_overhead", "max_autotune_no_cudagraphs")
+      for k in ("warmup_s", "step_ms", "speedup")),
+    "epoch_s_compile", "epochs_100_min_compile", "compile_breakeven_epochs", "compile_pays_off",
+}
+CUDA_ONLY = {"sync_free", "sync_free_cases", "torchrun_nccl", "torchrun_s", "peak_memory_gib",
+             *(f"compile_{m}_{k}" for m in ("reduce_overhead", "max_autotune_no_cudagraphs")
+               for k in ("warmup_s", "step_ms", "speedup"))}
+
+
+def test_perf_suite_on_cpu_writes_every_key(tmp_path):
+    path = tmp_path / "perf.json"
+    res = perf_suite.main(["--device", "cpu", "--json", str(path)])
+    saved = json.loads(path.read_text())
+    reasons = saved.pop("reasons")
+    assert SUITE_KEYS <= set(saved) and saved["small"] is True  # small sizes without being asked, on CPU
+    for key in SUITE_KEYS:
+        if key in CUDA_ONLY:  # null, with the reason in the JSON
+            assert saved[key] is None and "CUDA only" in reasons[key], key
+        elif key == "compile_breakeven_epochs" and saved[key] is None:  # a measured outcome, not a gap
+            assert reasons[key] == "compiled epochs are not faster than eager ones"
+        elif "compile" in key and not has_cpp_compiler():
+            assert saved[key] is None and reasons[key], key
+        else:  # measured here
+            assert saved[key] is not None and key not in reasons, (key, reasons.get(key))
+    assert saved["torch"] == torch.__version__ and saved["device"].startswith("cpu")
+    assert len(saved["epoch_s"]) == len(saved["epoch_s_compile"]) == 3 and min(saved["epoch_s"]) > 0
+    assert saved["epochs_100_min"] == pytest.approx((saved["epoch_s"][0] + 99 * statistics.mean(saved["epoch_s"][1:]))
+                                                    / 60)
+    ratio = saved["throughput_device_bf16_cl"] / saved["throughput_dataloader_fp32"]
+    assert saved["device_bf16_cl_over_dataloader"] == pytest.approx(ratio)
+    assert saved["step_ratio"] == pytest.approx(saved["step_ms_cmd"] / saved["step_ms_ce"])
+    assert saved["compile_default_speedup"] == pytest.approx(saved["eager_step_ms"] / saved["compile_default_step_ms"])
+    assert saved == {k: v for k, v in res.items()}
+
+
+def test_perf_suite_records_why_a_part_was_not_run(tmp_path):
+    res = perf_suite.main(["--device", "cpu", "--skip", "step,throughput,epochs,compile,epochs_compile", "--json",
+                           str(tmp_path / "p.json")])
+    assert res["step_ratio"] is None and res.reasons["step_ratio"] == "skipped with --skip"
+    assert SUITE_KEYS <= set(res)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-import models
+import cuda_checks
 import train
-from mutual import LCS, MODES, Method, mutual_step
+from mutual import LCS, MODES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -207,37 +207,10 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("mode,lc", [("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"),
-                                     ("mkd", None), ("kdcl", None)])
+@pytest.mark.parametrize("mode,lc", cuda_checks.SYNC_CASES)
 def test_training_step_is_sync_free_on_cuda(mode, lc):
-    import datasets
-    from batches import Batches
-    device = torch.device("cuda")
-    method = Method(mode=mode, lc=lc or "ce", eta=None if mode in ("mkd", "kdcl") else 4.0)
-    d = datasets.load_dataset("synthetic", None, synthetic_size=1024, synthetic_classes=10)
-    torch.manual_seed(0)
-    nets = [models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
-    opts = [torch.optim.SGD(n.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4) for n in nets]
-    scaler = torch.amp.GradScaler("cuda", enabled=False)
-    autocast = dict(device_type="cuda", dtype=torch.bfloat16, enabled=True)
-    r = [torch.zeros((), device=device), torch.zeros((), device=device)]
-    batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, batch_size=128, mean=d.mean, std=d.std,
-                      device=device, memory_format=torch.channels_last)
-    it = batches.epoch(0, 0)
-    step = dict(method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
-    acc = 0
-    for i in range(3):  # warm-up: lazy state such as momentum buffers
-        x, y, y_clean = next(it)
-        acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)[0]
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for i in range(2):
-            x, y, y_clean = next(it)
-            acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)[0]
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert acc[0].item() == 5 * 128
+    # 3 warm-up steps, then 2 under torch.cuda.set_sync_debug_mode("error"), which raises on any sync
+    assert cuda_checks.sync_free_samples(mode, lc, torch.device("cuda"), batch_size=128) == 5 * 128
 
 
 def fake_dataset(name, root):

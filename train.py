@@ -83,14 +83,14 @@ def load_data(args, ckpt):
     return d, train, tests, noisy
 
 
-def build_models(args, num_classes, device):
+def build_models(args, num_classes, device, channels_last):
     """Models A and B, their SGD optimisers and lr schedules, built before anything is written."""
     torch.manual_seed(args.seed)
     try:
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
     except (RuntimeError, ValueError) as e:
         fail(str(e).splitlines()[0])
-    fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+    fmt = torch.channels_last if channels_last == "on" else torch.contiguous_format
     nets = [n.to(device, memory_format=fmt) for n in nets]
     opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
             for n in nets]
@@ -106,8 +106,9 @@ def main(argv=None):
     rank, world, local_rank = setup_distributed()
     device = pick_device(args.device, local_rank)
     amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
+    channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
     config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
-    config.update(amp=amp, world_size=world)
+    config.update(amp=amp, channels_last=channels_last, world_size=world)
     try:
         ckpt = rundir.check_out(args.out, config, args.resume)
     except rundir.RunError as e:
@@ -122,7 +123,7 @@ def main(argv=None):
     known_clean = args.noise != "none"  # clean labels known: precision and memorisation can be measured
     log(f"data: {args.dataset} train {len(clean)} ({k} classes, realised noise {np.mean(noisy != clean):.3f}) "
         + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
-    nets, opts, scheds, fmt = build_models(args, k, device)
+    nets, opts, scheds, fmt = build_models(args, k, device, channels_last)
     if rank == 0 and ckpt is None:  # inputs are valid: from here on the run writes into --out
         os.makedirs(args.out, exist_ok=True)
         rundir.write_json(args.out, "config.json", config)
