@@ -93,8 +93,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def fail(message):
-    """Bad input: one line on stderr, exit 2, nothing written."""
-    print(f"train.py: error: {message}", file=sys.stderr)
+    """Bad input: one line on stderr, exit 2, nothing written. Named after the script run (train.py,
+    evaluate.py), train.py when imported elsewhere."""
+    script = os.path.basename(sys.argv[0])
+    print(f"{script if script in ('train.py', 'evaluate.py') else 'train.py'}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 

@@ -8,6 +8,7 @@ save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state, the 
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
+uninterrupted   -- hold a Ctrl-C back while an epoch's files are written
 trim_metrics    -- on resume, drop metric lines written after the checkpoint
 append_metrics  -- one JSON line per epoch
 append_entropy_hist -- the epoch's histograms of H(p) into entropy_hist.npz
@@ -20,12 +21,15 @@ checkpoint.pt (the last finished epoch), summary.json (final accuracies and tota
 model_a.pt, model_b.pt and weights.json (the final models).
 Checkpoints and weights load with weights_only=True only; npy/npz files without pickles.
 """
+import contextlib
 import datetime
 import json
 import math
 import os
 import platform
+import signal
 import subprocess
+import threading
 
 import numpy as np
 import torch
@@ -200,6 +204,23 @@ def restore(ckpt, nets, opts, scheds, device):
     if device.type == "cuda" and "rng_cuda" in ckpt:
         torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
     return ckpt["epoch"], [ckpt["r_a"].to(device), ckpt["r_b"].to(device)]
+
+
+@contextlib.contextmanager
+def uninterrupted():
+    """Hold a Ctrl-C (SIGINT) back until the block is done, then deliver it: the metrics, histograms and
+    checkpoint of a stopped run always end at the same epoch. (Main thread only; elsewhere a no-op.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        signal.raise_signal(signal.SIGINT)
 
 
 def trim_metrics(out, epochs_done):

@@ -219,13 +219,16 @@ def main(argv=None):
             results = evaluate(fwd, evals, autocast, device, world)
             row = epoch_row(s, epoch + 1, lr, method.chi(epoch + 1, args.epochs, k), time.time() - t0, k, known_clean,
                             results)
-            clock["mark"], clock["saved"] = time.time(), epoch + 1
+            clock["mark"] = time.time()
+            with rundir.uninterrupted():  # a Ctrl-C lands after the epoch's files, never among them
+                if rank == 0:
+                    rundir.append_metrics(args.out, row)
+                    rundir.append_entropy_hist(args.out, epoch + 1, hist.cpu().numpy(), k,
+                                               method.chi(epoch, args.epochs, k), row["chi"], known_clean)
+                    rundir.save_checkpoint(args.out, config, epoch + 1, nets, opts, scheds, r, device,
+                                           seconds=clock["before"] + clock["mark"] - clock["start"])
+                clock["saved"] = epoch + 1
             if rank == 0:
-                rundir.append_metrics(args.out, row)
-                rundir.append_entropy_hist(args.out, epoch + 1, hist.cpu().numpy(), k,
-                                           method.chi(epoch, args.epochs, k), row["chi"], known_clean)
-                rundir.save_checkpoint(args.out, config, epoch + 1, nets, opts, scheds, r, device,
-                                       seconds=clock["before"] + clock["mark"] - clock["start"])
                 progress.clear()
                 print(epoch_line(row), flush=True)
                 if writer is not None:  # scalars only; metrics.jsonl stays the record
@@ -301,8 +304,12 @@ def stopped(err, args, argv, progress, clock, rank):
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-    where = (f"epoch {progress.epoch + 1}/{args.epochs} " +
-             (f"at step {progress.step}/{progress.steps}" if progress.t_train_end is None else "while testing"))
+    if clock["saved"] == progress.epoch + 1:
+        where = f"after epoch {clock['saved']}/{args.epochs}"
+    else:
+        where = (f"in epoch {progress.epoch + 1}/{args.epochs} " +
+                 (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}" if progress.t_train_end is None
+                  else "while testing"))
     kept = (f"{args.out}/checkpoint.pt holds epoch {clock['saved']}" if clock["saved"] else
             "no epoch had finished, so it starts again from epoch 1")
     resume = f"resume with: {resume_command(argv)}"
@@ -310,7 +317,7 @@ def stopped(err, args, argv, progress, clock, rank):
         fail(f"{err} ({where}); {kept}; {resume}")
     progress.clear()
     if rank == 0:
-        print(f"train.py: stopped by Ctrl-C in {where}; {kept}; {resume}", file=sys.stderr, flush=True)
+        print(f"train.py: stopped by Ctrl-C {where}; {kept}; {resume}", file=sys.stderr, flush=True)
     sys.exit(130)
 
 
