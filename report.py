@@ -5,7 +5,11 @@ epoch_row        -- the metrics.jsonl line of an epoch, from its EpochSums
 epoch_line       -- the fixed-format console line of an epoch: lr, training losses, realised noise, chi,
                     selection and its precision, test accuracy, time
 final_accuracies -- the accuracies of a row, for summary.json
+tensorboard, add_scalars -- the same numbers as TensorBoard scalars, when tensorboard is installed
 """
+import os
+import sys
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -66,3 +70,21 @@ def evaluate(nets, evals, autocast, device, world):
 
 def final_accuracies(row):
     return {k: v for k, v in row.items() if k.endswith(("_acc_a", "_acc_b", "_acc_mean", "_acc_ens"))}
+
+
+def tensorboard(out):
+    """A SummaryWriter into out/tensorboard, or None with a one-line hint when tensorboard is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception as e:  # ImportError, or a tensorboard that does not fit this torch
+        print(f"train.py: note: --tensorboard needs the tensorboard package ({type(e).__name__}: {e}); "
+              f"pip install tensorboard. Training goes on; metrics.jsonl has every number", file=sys.stderr)
+        return None
+    return SummaryWriter(os.path.join(out, "tensorboard"))
+
+
+def add_scalars(writer, row):
+    """Every number of a metrics.jsonl row, at step = its epoch. metrics.jsonl stays the record."""
+    for key, v in row.items():
+        if key != "epoch" and isinstance(v, (int, float)):
+            writer.add_scalar(key, v, row["epoch"])

@@ -5,6 +5,8 @@ check_out       -- refuse to mix two runs; on resume, load the checkpoint and ch
 provenance      -- what ran: device, versions, git commit, start time (config.json; not compared on resume)
 load_noisy_labels -- on resume, the labels the run trained on, checked against the training set
 save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state, the time so far; atomic, every epoch
+RunClock        -- the run's training time across processes, and the last epoch on disk
+resume_command  -- the command line that resumes a run
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
@@ -27,9 +29,13 @@ import json
 import math
 import os
 import platform
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import torch
@@ -148,9 +154,12 @@ def load_noisy_labels(out, n, num_classes):
     except (OSError, ValueError) as e:
         raise RunError(f"cannot resume: {path} is unreadable ({type(e).__name__}); put back the labels this run "
                        f"trained on, or start again in another --out") from e
-    if noisy.shape != (n,) or noisy.dtype.kind not in "iu" or (n and not 0 <= noisy.min() <= noisy.max() < num_classes):
-        raise RunError(f"cannot resume: {path} holds {noisy.dtype} {noisy.shape}, not the {n} labels in "
-                       f"0..{num_classes - 1} of this training set; put back the run's own file")
+    if noisy.shape != (n,) or noisy.dtype.kind not in "iu":
+        raise RunError(f"cannot resume: {path} holds {noisy.dtype} {noisy.shape}, not the {n} integer labels of "
+                       f"this training set; put back the run's own file")
+    if n and not 0 <= noisy.min() <= noisy.max() < num_classes:
+        raise RunError(f"cannot resume: {path} holds labels {noisy.min()}..{noisy.max()}, outside the "
+                       f"{num_classes} classes 0..{num_classes - 1}; put back the run's own file")
     return noisy.astype(np.int64)
 
 
@@ -174,6 +183,27 @@ def _save(obj, path):
     os.replace(path + ".tmp", path)  # a kill -9 leaves either the old or the new file, never half of one
 
 
+class RunClock:
+    """Training time summed over every process that worked on a run (the checkpoint carries it from one
+    to the next), and the last epoch whose checkpoint is on disk."""
+
+    def __init__(self, seconds_before, saved_epoch):
+        self.before, self.start, self.saved = seconds_before, time.time(), saved_epoch
+        self.mark = self.start  # when the total was last brought up to date
+
+    def tick(self):
+        """The total up to now, for a checkpoint about to be written."""
+        self.mark = time.time()
+        return self.total()
+
+    def total(self):
+        return self.before + self.mark - self.start
+
+    def since_tick(self):
+        """Time spent since the last tick: work an interruption throws away."""
+        return time.time() - self.mark
+
+
 def add_seconds(out, seconds):
     """Add the time of work lost to an interruption (an epoch cut short) to the checkpoint's total."""
     path = os.path.join(out, "checkpoint.pt")
@@ -181,6 +211,23 @@ def add_seconds(out, seconds):
         state = torch.load(path, map_location="cpu", weights_only=True)
         state["seconds"] = state.get("seconds", 0.0) + seconds
         _save(state, path)
+
+
+def resume_command(argv):
+    """The command line that resumes a run: the user's own (argv: its flags), plus --resume, quoted for a
+    POSIX shell. The interpreter goes by its name where PATH finds that same one, else by its full path."""
+    exe = os.path.basename(sys.executable)
+    python = exe if shutil.which(exe) and os.path.samefile(shutil.which(exe), sys.executable) else sys.executable
+    script = sys.argv[0] if sys.argv[0].endswith("train.py") else "train.py"
+    flags = [*argv] + ([] if "--resume" in argv else ["--resume"])
+    if "RANK" in os.environ:  # launched by torchrun, whose own flags this process does not see
+        return f"your torchrun command with {shlex.join([script, *flags])}"
+    return shlex.join([python, script, *flags])
+
+
+def is_finished(out, ckpt, epochs):
+    """A checkpoint of the last epoch and its summary.json: --resume has nothing left to do."""
+    return ckpt is not None and ckpt["epoch"] >= epochs and os.path.exists(os.path.join(out, "summary.json"))
 
 
 def save_weights(out, nets, archs, meta):

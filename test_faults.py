@@ -178,7 +178,7 @@ def test_resume_without_noisy_labels_is_refused(finished_run, tmp_path, capsys):
     before = snapshot(out)
     assert "noisy_labels.npy" in refused(capsys, TINY + ["--epochs", "2", "--out", out, "--resume"])
     np.save(os.path.join(out, "noisy_labels.npy"), np.zeros(5, np.int64))  # and one of another run
-    assert "not the 96 labels" in refused(capsys, TINY + ["--epochs", "2", "--out", out, "--resume"])
+    assert "not the 96 integer labels" in refused(capsys, TINY + ["--epochs", "2", "--out", out, "--resume"])
     os.remove(os.path.join(out, "noisy_labels.npy"))
     assert snapshot(out) == before
 

@@ -14,12 +14,21 @@ the line names the command that resumes it.
 Multi-GPU: torchrun --nproc_per_node=N train.py ... shards every batch over the
 ranks with DistributedDataParallel (NCCL on CUDA, gloo on CPU).
 """
-import math
-import os
-import shlex
-import shutil
 import signal
 import sys
+
+
+
+def stopped_early(*_):
+    print("train.py: stopped by Ctrl-C before training started; run the command again to start", file=sys.stderr)
+    sys.exit(130)
+
+
+if __name__ == "__main__":  # a Ctrl-C while torch is being imported stops as quietly as one later
+    signal.signal(signal.SIGINT, stopped_early)
+
+import math
+import os
 import threading
 import time
 import warnings
@@ -38,7 +47,7 @@ from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, EpochSums, Method, mutual_step
 from noise import add_noise
 from progress import Progress
-from report import epoch_line, epoch_row, evaluate, final_accuracies
+from report import add_scalars, epoch_line, epoch_row, evaluate, final_accuracies, tensorboard
 
 
 def setup_distributed():
@@ -101,15 +110,6 @@ def build_models(args, num_classes, device):
     return nets, opts, scheds, fmt
 
 
-def resume_command(argv):
-    """The command line that resumes this run: the user's own, plus --resume, quoted for a POSIX shell."""
-    exe = os.path.basename(sys.executable)
-    python = exe if shutil.which(exe) and os.path.samefile(shutil.which(exe), sys.executable) else sys.executable
-    script = sys.argv[0] if sys.argv[0].endswith("train.py") else "train.py"
-    cmd = [python, script, *argv] + ([] if "--resume" in argv else ["--resume"])
-    return ("the same torchrun command with " if "RANK" in os.environ else "") + shlex.join(cmd)
-
-
 def check_files(args, train, tests, log):
     """--check-images: decode every image read from files now, and list all that fail."""
     files = [ds for ds in (train, *tests.values()) if isinstance(ds, datasets.FileImages)]
@@ -119,19 +119,6 @@ def check_files(args, train, tests, log):
         datasets.check_images(paths, args.workers)
     log(f"--check-images: every image of {args.dataset} can be read"
         + ("" if paths else " (all were decoded when it was loaded)"))
-
-
-def tensorboard(args):
-    """A SummaryWriter into --out/tensorboard, or None with a one-line hint when tensorboard is missing."""
-    if not args.tensorboard:
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except Exception as e:  # ImportError, or a tensorboard that does not fit this torch
-        print(f"train.py: note: --tensorboard needs the tensorboard package ({type(e).__name__}: {e}); "
-              f"pip install tensorboard. Training goes on; metrics.jsonl has every number", file=sys.stderr)
-        return None
-    return SummaryWriter(os.path.join(args.out, "tensorboard"))
 
 
 # ---------------------------------------------------------------- main
@@ -150,7 +137,7 @@ def main(argv=None):
         ckpt = rundir.check_out(args.out, config, args.resume)
     except rundir.RunError as e:
         fail(str(e))
-    if ckpt is not None and ckpt["epoch"] >= args.epochs and os.path.exists(os.path.join(args.out, "summary.json")):
+    if rundir.is_finished(args.out, ckpt, args.epochs):
         log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
         return rundir.read_json(args.out, "summary.json")
     if world > 1:
@@ -160,20 +147,8 @@ def main(argv=None):
         print(f"train.py: note: {args.out} has no checkpoint yet (it stopped in its first epoch); "
               f"starting it again from epoch 1", file=sys.stderr)
 
-    try:
-        d, train, tests = load_data(args)
-        if args.check_images:
-            check_files(args, train, tests, log)
-        k, clean = d.num_classes, train.labels
-        noisy = (rundir.load_noisy_labels(args.out, len(clean), k) if ckpt is not None else
-                 add_noise(clean, args.noise, args.rate, k, seed=args.seed))
-    except datasets.BadImages as e:
-        if len(e.bad) > 1:  # one line per file, then the error line
-            for path, why in e.bad:
-                print(f"train.py: unreadable image: {path} ({why})", file=sys.stderr)
-        fail(str(e))
-    except (datasets.DataError, rundir.RunError) as e:
-        fail(str(e))
+    d, train, tests, noisy = data_and_labels(args, ckpt, log)
+    k, clean = d.num_classes, train.labels
     known_clean = args.noise != "none"  # clean labels known: precision and memorisation can be measured
     log(f"data: {args.dataset} train {len(clean)} ({k} classes, realised noise {np.mean(noisy != clean):.3f}) "
         + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
@@ -194,18 +169,17 @@ def main(argv=None):
     fwd = [torch.compile(n) for n in nets] if args.compile else nets
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
     common = dict(device=device, rank=rank, world=world, workers=args.workers, memory_format=fmt)
     batches = Batches(train, labels=noisy, clean=clean, batch_size=args.batch_size, augment=args.augment == "paper",
                       mean=d.mean, std=d.std, **common)
     evals = test_batches(d, tests, **common)
     if rank == 0:
         rundir.trim_metrics(args.out, start_epoch)
-    writer = tensorboard(args) if rank == 0 else None
-    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    writer = tensorboard(args.out) if rank == 0 and args.tensorboard else None
     progress = Progress(batches.steps(), args.epochs, args.batch_size, every=args.log_every, enabled=rank == 0)
-    # training time, summed over every process that worked on the run: the checkpoint carries it on
-    clock = dict(before=ckpt.get("seconds", 0.0) if ckpt else 0.0, start=time.time(), saved=start_epoch)
-    clock["mark"] = clock["start"]  # when the time on disk was last brought up to date
+    clock = rundir.RunClock(ckpt.get("seconds", 0.0) if ckpt else 0.0, start_epoch)
+
     row = None
     try:
         for epoch in range(start_epoch, args.epochs):
@@ -213,46 +187,66 @@ def main(argv=None):
             s, hist, lr, r = train_epoch(fwd, opts, scheds, batches, method, epoch, args.epochs, args.seed, k, r,
                                          autocast, scaler, world, progress)
             if s.nonfinite > 0:
+                progress.clear()
                 fail(f"loss became NaN/inf in epoch {epoch + 1}; " +
                      (f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint") +
                      ". Try a lower --lr or --amp off")
             results = evaluate(fwd, evals, autocast, device, world)
             row = epoch_row(s, epoch + 1, lr, method.chi(epoch + 1, args.epochs, k), time.time() - t0, k, known_clean,
                             results)
-            clock["mark"] = time.time()
+            seconds = clock.tick()
             with rundir.uninterrupted():  # a Ctrl-C lands after the epoch's files, never among them
                 if rank == 0:
                     rundir.append_metrics(args.out, row)
                     rundir.append_entropy_hist(args.out, epoch + 1, hist.cpu().numpy(), k,
                                                method.chi(epoch, args.epochs, k), row["chi"], known_clean)
-                    rundir.save_checkpoint(args.out, config, epoch + 1, nets, opts, scheds, r, device,
-                                           seconds=clock["before"] + clock["mark"] - clock["start"])
-                clock["saved"] = epoch + 1
+                    rundir.save_checkpoint(args.out, config, epoch + 1, nets, opts, scheds, r, device, seconds)
+                clock.saved = epoch + 1
             if rank == 0:
                 progress.clear()
                 print(epoch_line(row), flush=True)
-                if writer is not None:  # scalars only; metrics.jsonl stays the record
-                    for key, v in row.items():
-                        if key != "epoch" and isinstance(v, (int, float)):
-                            writer.add_scalar(key, v, epoch + 1)
+                if writer is not None:
+                    add_scalars(writer, row)
     except (KeyboardInterrupt, datasets.DataError) as e:
         stopped(e, args, argv, progress, clock, rank)
 
-    seconds = round(clock["before"] + clock["mark"] - clock["start"], 1)
-    summary = final_accuracies(row if row is not None else rundir.last_metrics(args.out))
-    summary.update(epochs=args.epochs, seconds=seconds)
-    if rank == 0:
-        size = list(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else [3, train.size, train.size]
-        rundir.save_weights(args.out, nets, args.arch.split(","), meta=dict(
-            dataset=args.dataset, num_classes=k, epoch=args.epochs, input_size=size, mean=d.mean, std=d.std))
-        rundir.write_json(args.out, "summary.json", summary)
-        if writer is not None:
-            writer.close()
-        print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +
-              f" | {seconds}s of training | {args.out}")
+    summary = finish(args, row, clock, nets, d, train, writer) if rank == 0 else None
     if world > 1:
         dist.destroy_process_group()
     return summary
+
+
+def finish(args, row, clock, nets, d, train, writer):
+    """The end of a run (rank 0): the final weights, summary.json, the last line. Returns the summary."""
+    summary = final_accuracies(row if row is not None else rundir.last_metrics(args.out))
+    summary.update(epochs=args.epochs, seconds=round(clock.total(), 1))
+    size = list(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else [3, train.size, train.size]
+    rundir.save_weights(args.out, nets, args.arch.split(","), meta=dict(
+        dataset=args.dataset, num_classes=d.num_classes, epoch=args.epochs, input_size=size, mean=d.mean, std=d.std))
+    rundir.write_json(args.out, "summary.json", summary)  # last: its presence marks the run finished
+    if writer is not None:
+        writer.close()
+    print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +
+          f" | {summary['seconds']}s of training | {args.out}")
+    return summary
+
+
+def data_and_labels(args, ckpt, log):
+    """load_data, --check-images, and the labels trained on (the run's own on resume); bad data: one line."""
+    try:
+        d, train, tests = load_data(args)
+        if args.check_images:
+            check_files(args, train, tests, log)
+        if ckpt is not None:
+            return d, train, tests, rundir.load_noisy_labels(args.out, len(train.labels), d.num_classes)
+        return d, train, tests, add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
+    except datasets.BadImages as e:
+        if len(e.bad) > 1:  # one line per file, then the error line
+            for path, why in e.bad:
+                print(f"train.py: unreadable image: {path} ({why})", file=sys.stderr)
+        fail(str(e))
+    except (datasets.DataError, rundir.RunError) as e:
+        fail(str(e))
 
 
 def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, autocast, scaler, world, progress):
@@ -296,26 +290,26 @@ def stopped(err, args, argv, progress, clock, rank):
     """Ctrl-C, or an image that cannot be read, in the middle of training: add the time of the epoch cut
     short to the checkpoint's total, then one line that says where the run stopped, what is kept and the
     command that resumes it. Exit 130 (128 + SIGINT, what a shell reports for Ctrl-C) or 2 (bad data)."""
+    progress.clear()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # let the bookkeeping finish
     try:
         if rank == 0:
-            rundir.add_seconds(args.out, time.time() - clock["mark"])
+            rundir.add_seconds(args.out, clock.since_tick())
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-    if clock["saved"] == progress.epoch + 1:
-        where = f"after epoch {clock['saved']}/{args.epochs}"
+    if clock.saved == progress.epoch + 1:
+        where = f"after epoch {clock.saved}/{args.epochs}"
     else:
         where = (f"in epoch {progress.epoch + 1}/{args.epochs} " +
                  (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}" if progress.t_train_end is None
                   else "while testing"))
-    kept = (f"{args.out}/checkpoint.pt holds epoch {clock['saved']}" if clock["saved"] else
+    kept = (f"{args.out}/checkpoint.pt holds epoch {clock.saved}" if clock.saved else
             "no epoch had finished, so it starts again from epoch 1")
-    resume = f"resume with: {resume_command(argv)}"
+    resume = f"resume with: {rundir.resume_command(argv)}"
     if isinstance(err, datasets.DataError):
         fail(f"{err} ({where}); {kept}; {resume}")
-    progress.clear()
     if rank == 0:
         print(f"train.py: stopped by Ctrl-C {where}; {kept}; {resume}", file=sys.stderr, flush=True)
     sys.exit(130)
@@ -323,8 +317,8 @@ def stopped(err, args, argv, progress, clock, rank):
 
 if __name__ == "__main__":
     warnings.formatwarning = lambda message, *_, **__: f"train.py: warning: {message}\n"
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         main()
     except KeyboardInterrupt:  # before training started; stopped() reports one during training
-        print("train.py: stopped by Ctrl-C before training started; run the command again to start", file=sys.stderr)
-        sys.exit(130)
+        stopped_early()
