@@ -165,7 +165,8 @@ def get_args(argv):
                                   "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
     g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
                    help="ImageNet weights for resnet50_imagenet (default: on for food101)")
-    g.add_argument("--epochs", type=int, help="Γ in Eq. 7: the total number of epochs")
+    g.add_argument("--epochs", type=int, help="Γ in Eq. 7: the total number of epochs (given without --milestones, "
+                                              "it scales the preset's milestones to the same fractions of the run)")
     g.add_argument("--batch-size", type=int, help="global batch size N (all ranks together)")
     g.add_argument("--lr", type=float, help="initial learning rate of SGD")
     g.add_argument("--milestones", type=ints, help="epochs after which the lr is multiplied by --lr-decay, e.g. 50,80")

@@ -329,7 +329,7 @@ def _folder(data_dir, image_size, small=64):
             sizes.setdefault(wh, os.path.join(data_dir, split))
             if max(wh) > small:
                 break
-        if bad:  # small images: every file's header was read, so these are all the unreadable ones
+        if bad:  # every unreadable file among the headers read (all of them, when the images are small)
             raise BadImages(bad)
         in_memory = max(max(wh) for wh in sizes) <= small
         if in_memory and len(sizes) > 1:
