@@ -231,6 +231,16 @@ def test_ctrl_c_is_one_line_with_the_resume_command_and_resuming_matches(tmp_pat
     assert total >= stopped_at + sum(r["seconds"] for r in metrics(part)[1:]) - 0.1
 
 
+def test_a_ctrl_c_while_an_epochs_files_are_written_waits_until_they_are_complete():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with rundir.uninterrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # a signal arrives at the next bytecode: here, it must not
+            done.append("checkpoint written")
+    assert done == ["checkpoint written"]
+
+
 def test_resume_after_a_stop_in_the_first_epoch_starts_again_and_says_so(tmp_path, capsys):
     out = str(tmp_path / "run")
     os.makedirs(out)

@@ -153,12 +153,6 @@ def main(argv=None):
     log(f"data: {args.dataset} train {len(clean)} ({k} classes, realised noise {np.mean(noisy != clean):.3f}) "
         + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     nets, opts, scheds, fmt = build_models(args, k, device)
-    config["provenance"] = rundir.provenance(device, world)
-    if rank == 0:  # inputs are valid: from here on the run writes into --out
-        os.makedirs(args.out, exist_ok=True)
-        rundir.record_start(args.out, config, resumed=args.resume)
-        if ckpt is None:
-            np.save(os.path.join(args.out, "noisy_labels.npy"), noisy)
     start_epoch, r = 0, [torch.zeros((), device=device), torch.zeros((), device=device)]  # MyLC r: 0 in epoch 0
     if ckpt is not None:
         start_epoch, r = rundir.restore(ckpt, nets, opts, scheds, device)
@@ -174,14 +168,19 @@ def main(argv=None):
     batches = Batches(train, labels=noisy, clean=clean, batch_size=args.batch_size, augment=args.augment == "paper",
                       mean=d.mean, std=d.std, **common)
     evals = test_batches(d, tests, **common)
-    if rank == 0:
-        rundir.trim_metrics(args.out, start_epoch)
-    writer = tensorboard(args.out) if rank == 0 and args.tensorboard else None
     progress = Progress(batches.steps(), args.epochs, args.batch_size, every=args.log_every, enabled=rank == 0)
     clock = rundir.RunClock(ckpt.get("seconds", 0.0) if ckpt else 0.0, start_epoch)
+    config["provenance"] = rundir.provenance(device, world)
 
-    row = None
+    row = writer = summary = None
     try:
+        if rank == 0:  # every input is valid: from here on the run writes into --out
+            os.makedirs(args.out, exist_ok=True)
+            rundir.record_start(args.out, config, resumed=args.resume)
+            if ckpt is None:
+                np.save(os.path.join(args.out, "noisy_labels.npy"), noisy)
+            rundir.trim_metrics(args.out, start_epoch)
+            writer = tensorboard(args.out) if args.tensorboard else None
         for epoch in range(start_epoch, args.epochs):
             t0 = time.time()
             s, hist, lr, r = train_epoch(fwd, opts, scheds, batches, method, epoch, args.epochs, args.seed, k, r,
@@ -207,10 +206,10 @@ def main(argv=None):
                 print(epoch_line(row), flush=True)
                 if writer is not None:
                     add_scalars(writer, row)
+        if rank == 0:
+            summary = finish(args, row, clock, nets, d, train, writer)
     except (KeyboardInterrupt, datasets.DataError) as e:
         stopped(e, args, argv, progress, clock, rank)
-
-    summary = finish(args, row, clock, nets, d, train, writer) if rank == 0 else None
     if world > 1:
         dist.destroy_process_group()
     return summary
