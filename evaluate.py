@@ -131,4 +131,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("evaluate.py: stopped by Ctrl-C", file=sys.stderr)
+        sys.exit(130)

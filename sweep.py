@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -130,10 +131,15 @@ def run_jobs(todo, gpus=0):
                     lines = [ln.strip() for ln in f if ln.strip()]
                 failed[r["job"]["name"]] = lines[-1] if lines else f"exit code {r['proc'].returncode}"
                 print(f"{head}: FAILED: {failed[r['job']['name']]} (log: {r['err'].name})", flush=True)
-    except KeyboardInterrupt:  # each run's checkpoint lets the next sweep resume it
+    except KeyboardInterrupt:  # each run stops at its checkpoint as on its own Ctrl-C; the next sweep resumes it
         for r in running.values():
-            r["proc"].terminate()
-            r["proc"].wait()
+            r["proc"].send_signal(signal.SIGINT)
+        for r in running.values():
+            try:
+                r["proc"].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                r["proc"].terminate()
+                r["proc"].wait()
         raise
     return failed
 
@@ -298,7 +304,12 @@ def main(argv=None):
         for job in todo:
             print(shlex.join(["python", "train.py", *job["argv"]]))
         return 0
-    failed = run_jobs(todo, args.gpus)
+    try:
+        failed = run_jobs(todo, args.gpus)
+    except KeyboardInterrupt:
+        print("sweep.py: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
+              "the others resume from their checkpoints)", file=sys.stderr)
+        return 130
     hw, version = hardware(SCALES[args.scale] + extra, args.gpus)
     trained = 0.0
     for job in todo:
