@@ -243,6 +243,9 @@ def _ilsvrc12_val(val, info, num_classes, size, layout):
     val/<wnid>/ (ImageNet's valprep.sh), labelled by the wnid's line in info/synsets.txt, or
     val/<class index>/ with index 0..num_classes-1 (the DivideMix family's layout), which needs no synsets.txt."""
     folders = {e.name for e in os.scandir(val) if e.is_dir()}
+    if not folders:
+        raise DataError(f"{val} holds no class folders; put ILSVRC12 val there as <wnid>/ or <class index>/ "
+                        f"folders of images, or remove it to evaluate on webvision_val only")
     numbered = {name: int(name) for name in folders if name.isdigit() and int(name) < num_classes}
     wnid_like = sorted(name for name in folders if name[:1] == "n" and name[1:].isdigit())
     if numbered and wnid_like:

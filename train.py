@@ -117,8 +117,11 @@ def check_files(args, train, tests, log):
     if paths:
         log(f"checking {len(paths)} images with {max(1, args.workers)} threads", flush=True)
         datasets.check_images(paths, args.workers)
-    log(f"--check-images: every image of {args.dataset} can be read"
-        + ("" if paths else " (all were decoded when it was loaded)"))
+        log(f"--check-images: all {len(paths)} images can be read")
+    elif args.dataset == "folder":
+        log("--check-images: the folder's images are small, so all were decoded when it was loaded")
+    else:
+        log(f"--check-images: nothing to check, {args.dataset} is not read from image files")
 
 
 # ---------------------------------------------------------------- main
