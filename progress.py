@@ -9,6 +9,7 @@ is a file or a pipe (a log), plain lines are printed, about every 30 s. --log-ev
 N steps instead. The training step never waits for the device (mutual.py), but reading the running
 loss does: so the loss is read only at the moments a line is printed, never every step.
 """
+import shutil
 import sys
 import time
 
@@ -75,7 +76,8 @@ class Progress:
                 f"ETA epoch {clock(eta_epoch)} run {clock(eta_run)}")
 
     def show(self, text):
-        if self.tty:
+        if self.tty:  # cut to the terminal's width: a wrapped line cannot be rewritten in place
+            text = text[:shutil.get_terminal_size((120, 24)).columns - 1]
             self.stream.write("\r" + text.ljust(self.width))
             self.width = len(text)
         else:

@@ -358,7 +358,8 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_progress_reads_the_loss_only_when_it_prints():
+def test_progress_reads_the_loss_only_when_it_prints(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the line is cut to the terminal's width
     t = [0.0]
     reads = []
     p = Progress(steps=50, epochs=2, batch_size=10, stream=Terminal(), now=lambda: t[0])
@@ -373,6 +374,11 @@ def test_progress_reads_the_loss_only_when_it_prints():
                                               "ETA epoch 0:00 run 0:06")
     p.clear()
     assert p.stream.getvalue().endswith("\r")
+    monkeypatch.setenv("COLUMNS", "40")
+    t[0] += 1.0
+    p.update(50, lambda: (1.0, 2.0))
+    last = p.stream.getvalue().rsplit("\r", 1)[1]
+    assert len(last) == 39 and last.startswith("epoch 1/2 step 50/50 | ")  # a wrapped line could not be rewritten
 
 
 def test_progress_eta_counts_testing_time_once_an_epoch_has_finished():
