@@ -11,7 +11,7 @@ NAME_A,NAME_B evaluates any state_dict; the data then come from train.py's data 
 evaluate.py passes on (--dataset, --data-dir, --image-size, --seed, --synthetic-*, ...), at
 train.py's defaults where not given.
 
-The data come from train.py's load_data and test_batches, the accuracies from report.py's
+The data come from train.py's load_data and eval_batches, the accuracies from report.py's
 evaluate: for a run directory, the numbers equal the run's final test accuracies.
 Weights load with torch.load(weights_only=True): nothing is unpickled.
 
@@ -120,7 +120,7 @@ def main(argv=None):
     amp = "off" if device.type == "cpu" else {"auto": "bf16"}.get(amp, amp)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
-    evals = train.test_batches(d, tests, device=device, rank=0, world=1, workers=args.workers, memory_format=fmt)
+    evals = train.eval_batches(d, tests, device=device, rank=0, world=1, workers=args.workers, memory_format=fmt)
     acc = evaluate(nets, evals, autocast, device, world=1)
     for name in tests:
         p = "test" if name == next(iter(tests)) else name

@@ -32,7 +32,7 @@ class Progress:
         self.enabled, self.stream, self.now = enabled, stream or sys.stdout, now
         self.tty = self.stream.isatty()
         self.interval = 0.5 if self.tty else 30.0  # seconds between lines when every == 0
-        self.epoch, self.step = 0, 0  # the epoch running (0-based) and its last finished step
+        self.epoch, self.step = None, 0  # the epoch running (0-based; None before the first) and its last step
         self.t0 = self.last = self.now()
         self.t_train_end = None
         self.epoch_total, self.epoch_extra = [], []  # seconds of finished epochs; of their evaluation and writes

@@ -18,7 +18,6 @@ import signal
 import sys
 
 
-
 def stopped_early(*_):
     print("train.py: stopped by Ctrl-C before training started; run the command again to start", file=sys.stderr)
     sys.exit(130)
@@ -89,7 +88,7 @@ def load_data(args):
     return d, datasets.take(d.train, keep), tests
 
 
-def test_batches(d, tests, **common):
+def eval_batches(d, tests, **common):
     """One Batches per test set: every sample once, in order, no augmentation."""
     return {name: Batches(v, labels=v.labels, clean=v.labels, batch_size=500, train=False, mean=d.mean, std=d.std,
                           **common) for name, v in tests.items()}
@@ -170,7 +169,7 @@ def main(argv=None):
     common = dict(device=device, rank=rank, world=world, workers=args.workers, memory_format=fmt)
     batches = Batches(train, labels=noisy, clean=clean, batch_size=args.batch_size, augment=args.augment == "paper",
                       mean=d.mean, std=d.std, **common)
-    evals = test_batches(d, tests, **common)
+    evals = eval_batches(d, tests, **common)
     progress = Progress(batches.steps(), args.epochs, args.batch_size, every=args.log_every, enabled=rank == 0)
     clock = rundir.RunClock(ckpt.get("seconds", 0.0) if ckpt else 0.0, start_epoch)
     config["provenance"] = rundir.provenance(device, world)
@@ -301,8 +300,8 @@ def stopped(err, args, argv, progress, clock, rank):
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-    if clock.saved == progress.epoch + 1:
-        where = f"after epoch {clock.saved}/{args.epochs}"
+    if progress.epoch is None or clock.saved == progress.epoch + 1:  # no epoch is under way
+        where = f"after epoch {clock.saved}/{args.epochs}" if clock.saved else f"before epoch 1/{args.epochs}"
     else:
         where = (f"in epoch {progress.epoch + 1}/{args.epochs} " +
                  (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}" if progress.t_train_end is None
