@@ -212,6 +212,7 @@ def test_ctrl_c_is_one_line_with_the_resume_command_and_resuming_matches(tmp_pat
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None and not os.path.exists(os.path.join(part, "checkpoint.pt")):
         time.sleep(0.02)
+    at_epoch_1 = torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)["seconds"]
     proc.send_signal(signal.SIGINT)  # in epoch 2, or while epoch 1's files are written (held back till after)
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, err
@@ -220,6 +221,7 @@ def test_ctrl_c_is_one_line_with_the_resume_command_and_resuming_matches(tmp_pat
     assert re.match(r"train.py: stopped by Ctrl-C (in epoch 2/2 (at step \d/6|while testing)|after epoch 1/2); "
                     r".*checkpoint.pt holds epoch 1; resume with: ", line), line
     stopped_at = torch.load(os.path.join(part, "checkpoint.pt"), weights_only=True)["seconds"]
+    assert stopped_at > at_epoch_1  # the time spent after the checkpoint, until the Ctrl-C, is counted
     cmd = shlex.split(line.split("resume with: ", 1)[1])
     assert cmd[-1] == "--resume" and cmd[cmd.index("--out") + 1] == part
     res = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=120)
