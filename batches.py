@@ -4,6 +4,7 @@ augment_batch   -- the CIFAR augmentation (pad 4, random crop, flip) for a whole
 normalize       -- uint8 (N, 3, H, W) -> float (x/255 - mean)/std
 file_transforms -- the paper's crops for Food-101 and WebVision, as torchvision transforms
 IndexedFiles    -- Dataset over FileImages that returns (image, index); labels stay with the caller
+worker_message  -- the one-line message of a DataError raised in a DataLoader worker
 Batches         -- an epoch's (x, y, y_clean) batches on the device, sharded over DDP ranks
 
 Datasets that fit in memory (TensorImages) live on the device as one uint8 tensor
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 
-from datasets import TensorImages, open_image, to_rgb
+from datasets import DataError, TensorImages, open_image, to_rgb
 
 
 def augment_batch(images, pad=4, generator=None, offsets=None, flips=None):
@@ -92,6 +93,15 @@ class IndexedFiles(torch.utils.data.Dataset):
         return self.transform(open_image(self.paths[i], to_rgb)), i
 
 
+def worker_message(err):
+    """The one-line message of a DataError. Raised in a DataLoader worker, it arrives with the worker's
+    traceback in its message, whose last line is "datasets.DataError: <the original message>"."""
+    lines = str(err).strip().splitlines()
+    last = lines[-1] if lines else ""
+    head = f"{DataError.__module__}.{DataError.__qualname__}: "
+    return last[len(head):] if last.startswith(head) else last
+
+
 class Batches:
     """The batches of one epoch: (x, y, y_clean), x normalised float (B, 3, H, W) on `device`.
 
@@ -150,9 +160,12 @@ class Batches:
         loader = torch.utils.data.DataLoader(files, batch_sampler=[s.tolist() for s in shards],
                                              num_workers=self.workers, pin_memory=self.device.type == "cuda",
                                              generator=torch.Generator().manual_seed(seed))
-        for x, idx in loader:
-            idx = idx.to(self.device, non_blocking=True)
-            yield self._to_device(x), self.labels[idx], self.clean[idx]
+        try:
+            for x, idx in loader:
+                idx = idx.to(self.device, non_blocking=True)
+                yield self._to_device(x), self.labels[idx], self.clean[idx]
+        except DataError as err:  # e.g. a corrupt image: one line that names the file, from any worker
+            raise DataError(worker_message(err)) from None
 
     def _to_device(self, x):
         x = x.to(self.device, non_blocking=True)

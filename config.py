@@ -2,14 +2,16 @@
 
 Preset, PRESETS -- appendix C's optimisation settings, one table that both preset() and --help read
 preset          -- the settings of a dataset and architecture
+scale_milestones -- a preset's milestones at the same fractions of a shorter or longer run
 get_args        -- the flags
-resolve         -- fill every unset flag from the mode and the presets; refuse contradictions
+resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values
 fail            -- bad input: one line on stderr, exit 2
 
 The method's own hyperparameters become a mutual.Method in train.py; nothing
 below train.py sees these flags.
 """
 import argparse
+import math
 import os
 import sys
 import warnings
@@ -20,6 +22,7 @@ import models
 import noise
 from mutual import LCS, MODES
 
+MAX_ARCHS = 2  # models trained together: A and B
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
                 "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34"}
@@ -61,6 +64,13 @@ def preset(dataset, arch):
     return {k: list(v) if k == "milestones" else v for k, v in row._asdict().items() if k in PRESET_FLAGS}
 
 
+def scale_milestones(milestones, preset_epochs, epochs):
+    """The preset's milestones at the same fractions of `epochs`: rounded half up, kept strictly inside
+    1..epochs-1 (a milestone at or after the last epoch never applies), without duplicates."""
+    scaled = (math.floor(m * epochs / preset_epochs + 0.5) for m in milestones)
+    return sorted({m for m in scaled if 1 <= m <= epochs - 1})
+
+
 def presets_help():
     lines = ["optimisation presets (appendix C; the first matching row wins, any flag given overrides it):"]
     for p in PRESETS:
@@ -84,9 +94,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def fail(message):
-    """Bad input: one line on stderr, exit 2, nothing written."""
-    print(f"train.py: error: {message}", file=sys.stderr)
+    """Bad input: one line on stderr, exit 2, nothing written. Named after the script run (train.py,
+    evaluate.py), train.py when imported elsewhere."""
+    script = os.path.basename(sys.argv[0])
+    print(f"{script if script in ('train.py', 'evaluate.py') else 'train.py'}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def note(message):
+    """A resolved setting worth a line of its own, printed once (rank 0 under torchrun)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(message, flush=True)
 
 
 def ints(text):
@@ -102,6 +120,9 @@ def get_args(argv):
     g.add_argument("--data-dir", default="data", help="dataset root; cifar100 and cifar10 download here on first use")
     g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/224/299)")
     g.add_argument("--subset", type=int, help="train on N samples drawn with --seed")
+    g.add_argument("--check-images", action="store_true",
+                   help="decode every image of a dataset read from files before training, and list all that "
+                        "cannot be read (otherwise the first bad one stops the run when a batch reaches it)")
     g.add_argument("--noise", choices=("none", "sym", "pair", "human"),
                    help="label noise: sym or pair, synthetic (§4.1); human: the CIFAR-N labels of cifar10/cifar100 "
                         "(default: sym, or none for food101/webvision, whose labels are noisy)")
@@ -153,7 +174,8 @@ def get_args(argv):
                                   "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
     g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
                    help="ImageNet weights for resnet50_imagenet (default: on for food101)")
-    g.add_argument("--epochs", type=int, help="Γ in Eq. 7: the total number of epochs")
+    g.add_argument("--epochs", type=int, help="Γ in Eq. 7: the total number of epochs (given without --milestones, "
+                                              "it scales the preset's milestones to the same fractions of the run)")
     g.add_argument("--batch-size", type=int, help="global batch size N (all ranks together)")
     g.add_argument("--lr", type=float, help="initial learning rate of SGD")
     g.add_argument("--milestones", type=ints, help="epochs after which the lr is multiplied by --lr-decay, e.g. 50,80")
@@ -176,8 +198,47 @@ def get_args(argv):
                    help="DataLoader workers for datasets read from disk")
     g.add_argument("--out", help="run directory (default runs/<dataset>-<noise><rate>-<mode>-<lc>-<arch>-s<seed>)")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    g.add_argument("--log-every", type=int, default=0, help="progress line every N steps (0: ten per long epoch)")
+    g.add_argument("--log-every", type=int, default=0,
+                   help="progress line every N steps (0: on a terminal, one line updated in place about twice a "
+                        "second; in a log, a line about every 30 s)")
+    g.add_argument("--tensorboard", action="store_true",
+                   help="also write each epoch's metrics as TensorBoard scalars to --out/tensorboard (needs the "
+                        "tensorboard package; metrics.jsonl stays the record)")
     return p.parse_args(argv)
+
+
+# Each numeric flag's allowed values, checked once every flag has its value and before anything is
+# read or written: {flag dest: (test, what the flag must be)}. NaN fails every test.
+LIMITS = {
+    "epochs": (lambda v: v >= 1, "at least 1"), "batch_size": (lambda v: v >= 1, "at least 1"),
+    "lr": (lambda v: 0 < v < math.inf, "a positive number"),
+    "lr_decay": (lambda v: 0 < v < math.inf, "a positive factor (0.1 divides the lr by 10)"),
+    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"), "weight_decay": (lambda v: 0 <= v < math.inf, "at least 0"),
+    "val_split": (lambda v: 0 <= v < 1, "in [0, 1)"), "subset": (lambda v: v >= 1, "at least 1"),
+    "image_size": (lambda v: v >= 1, "at least 1"), "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2^32)"),
+    "workers": (lambda v: v >= 0, "at least 0"), "log_every": (lambda v: v >= 0, "at least 0 (0: automatic)"),
+    "ls_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"), "bootsoft_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "mkd_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"), "tfkd_alpha": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "tfkd_a": (lambda v: 0 < v < 1, "in (0, 1)"), "cp_beta": (lambda v: 0 <= v < math.inf, "at least 0"),
+    "tfkd_t": (lambda v: 0 < v < math.inf, "a positive temperature"),
+    "kdcl_t": (lambda v: 0 < v < math.inf, "a positive temperature"),
+    "synthetic_difficulty": (lambda v: 0 <= v < math.inf, "at least 0"),
+}
+FINITE = ("b", "proselflc_b", "proselflc_transit", "mylc_b1", "mylc_rho", "tfkd_multiplier", "kdcl_lambda")
+
+
+def check_values(args):
+    """Refuse values no run can use, naming the flag and what it must be."""
+    for dest, (test, what) in LIMITS.items():
+        v = getattr(args, dest)
+        if v is not None and not test(v):
+            fail(f"--{dest.replace('_', '-')} {v}: must be {what}")
+    for dest in FINITE:
+        if getattr(args, dest) is not None and not math.isfinite(getattr(args, dest)):
+            fail(f"--{dest.replace('_', '-')} {getattr(args, dest)}: must be a finite number")
+    if any(m < 1 for m in args.milestones):
+        fail(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr changes, "
+             f"so at least 1")
 
 
 def resolve(args):
@@ -185,6 +246,8 @@ def resolve(args):
     if args.gamma is not None:
         fail("--gamma is now --lr-decay (the lr factor at each milestone); Γ, the paper's number of epochs, "
              "is --epochs")
+    if args.eta is not None and math.isnan(args.eta):
+        fail("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.rate is not None and not 0 <= args.rate < 1:
         fail(f"--rate must be in [0, 1), got {args.rate}")
     if args.eta == 0:
@@ -220,24 +283,35 @@ def resolve(args):
         args.rate = 0.0 if args.noise == "none" else 0.4
     if args.noise == "none" and args.rate > 0:
         fail(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
-    args.arch = args.arch or DEFAULT_ARCH[args.dataset]
+    args.arch = DEFAULT_ARCH[args.dataset] if args.arch is None else args.arch
     archs = args.arch.split(",")
-    if len(archs) == 1:
-        archs = archs * 2
+    if len(archs) > MAX_ARCHS:  # the one place that says how many models train together
+        fail(f"--arch takes at most {MAX_ARCHS} architectures (NAME or NAME_A,NAME_B), got {len(archs)}: {args.arch}")
     for a in archs:
-        if a not in models.ARCHS or len(archs) != 2:
-            fail(f"unknown architecture '{args.arch}'; choose NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)}")
+        if a not in models.ARCHS:
+            fail(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or NAME_A,NAME_B from "
+                 f"{', '.join(models.ARCHS)}")
+    archs = archs * (MAX_ARCHS // len(archs))
     args.arch = ",".join(archs)
     if args.pretrained is None:
         args.pretrained = args.dataset == "food101" and archs[0] == "resnet50_imagenet"
-    for k, v in preset(args.dataset, archs[0]).items():
+    row = preset(args.dataset, archs[0])
+    epochs_only = args.epochs is not None and args.milestones is None
+    for k, v in row.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    for name in ("epochs", "batch_size"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1")
-    if not 0 <= args.val_split < 1:
-        fail(f"--val-split must be in [0, 1), got {args.val_split}")
+    check_values(args)
+    if epochs_only and args.epochs != row["epochs"]:
+        args.milestones = scale_milestones(row["milestones"], row["epochs"], args.epochs)
+        now = ", ".join(map(str, args.milestones)) if args.milestones else "none (the lr stays constant)"
+        note(f"milestones: the preset's {', '.join(map(str, row['milestones']))} of {row['epochs']} epochs, "
+             f"scaled to --epochs {args.epochs}: {now}")
+    late = [m for m in args.milestones if m >= args.epochs]
+    if late:
+        warnings.warn(f"--milestones {', '.join(map(str, late))} at or after --epochs {args.epochs} never "
+                      f"apply; the lr changes only after epochs 1..{args.epochs - 1}", stacklevel=2)
+    if args.out is not None and not args.out.strip():
+        fail("--out is empty; give the run directory, or leave --out out for runs/<name>")
     if args.out is None:
         tag = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
         tag += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set

@@ -2,6 +2,7 @@
 
 DATASETS     -- the names load_dataset accepts
 DataError    -- bad or missing data; its message is one line that says what to do
+BadImages    -- a DataError for image files that cannot be read, all of them in .bad
 TensorImages -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar10/100, synthetic, small folders
 FileImages   -- a dataset read from disk by DataLoader workers: food101, webvision, large folders
 Data         -- train set, named test sets, number of classes, normalisation mean/std
@@ -9,6 +10,7 @@ load_dataset -- name -> Data
 CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
 take         -- the subset of a TensorImages / FileImages at some indices (validation split)
 open_image   -- open one image file; a bad file becomes a DataError naming it
+check_images -- decode every file of a list and raise BadImages listing each one that fails
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
@@ -19,6 +21,7 @@ import json
 import os
 import pickle
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +41,16 @@ WEBVISION_URL = "https://data.vision.ee.ethz.ch/cvl/webvision/download.html"
 
 class DataError(ValueError):
     """Bad or missing data. str(error) is one line: what, where, what to do."""
+
+
+class BadImages(DataError):
+    """Image files that cannot be read: .bad is [(path, reason)] for every one found; str(error) is one line."""
+
+    def __init__(self, bad):
+        self.bad = list(bad)
+        (path, why), n = self.bad[0], len(self.bad)
+        super().__init__(f"cannot read image {path} ({why}); replace or delete the file" if n == 1 else
+                         f"{n} images cannot be read, the first {path} ({why}); replace or delete them")
 
 
 class TensorImages(NamedTuple):
@@ -236,15 +249,12 @@ def _webvision(data_dir, size, num_classes=50):
     """The "mini" setting of Jiang et al. 2018: the first 50 classes of the Google subset.
 
     Tests: WebVision's own validation images, and ILSVRC12 val for the same 50
-    synsets if <data_dir>/imagenet/val/<wnid>/ exists (the paper's test set).
+    classes if <data_dir>/imagenet/val/ exists (the paper's test set).
     """
+    layout = (f"expected under {data_dir}: info/train_filelist_google.txt, info/val_filelist.txt, google/, "
+              f"val_images_256/, and for ILSVRC12 val imagenet/val/<wnid>/ with info/synsets.txt or "
+              f"imagenet/val/<class index 0..{num_classes - 1}>/; download from {WEBVISION_URL}")
     info = os.path.join(data_dir, "info")
-    layout = (f"expected under {data_dir}: info/{{train_filelist_google,val_filelist,synsets}}.txt, google/, "
-              f"val_images_256/ (and imagenet/val/<wnid>/ for ILSVRC12 val); download from {WEBVISION_URL}")
-    wnids = [line.split()[0] for line in _read_lines(os.path.join(info, "synsets.txt"), layout) if line.strip()]
-    if len(wnids) < num_classes:
-        raise DataError(f"{info}/synsets.txt lists {len(wnids)} synsets, expected 1000 "
-                        f"(at least {num_classes}); {layout}")
     train = _filelist(os.path.join(info, "train_filelist_google.txt"), data_dir, num_classes, size, layout)
     tests = {"webvision_val": _filelist(os.path.join(info, "val_filelist.txt"),
                                         os.path.join(data_dir, "val_images_256"), num_classes, size, layout)}
@@ -252,20 +262,42 @@ def _webvision(data_dir, size, num_classes=50):
     if not os.path.isdir(val):
         warnings.warn(f"ILSVRC12 val not found at {val}, so only webvision_val is evaluated; the paper "
                       f"tests on it: put the images in class folders there, imagenet/val/<wnid>/*.JPEG "
-                      f"(as ImageNet's valprep.sh makes)")
+                      f"(as ImageNet's valprep.sh makes) or imagenet/val/<class index>/*.JPEG")
         return Data(train, tests, num_classes, IMAGENET_MEAN, IMAGENET_STD)
-    # label = the wnid's line in synsets.txt, not its rank among the folders present
-    present = {w: i for i, w in enumerate(wnids[:num_classes]) if os.path.isdir(os.path.join(val, w))}
+    tests["ilsvrc12_val"] = _ilsvrc12_val(val, info, num_classes, size, layout)
+    return Data(train, tests, num_classes, IMAGENET_MEAN, IMAGENET_STD)
+
+
+def _ilsvrc12_val(val, info, num_classes, size, layout):
+    """ILSVRC12 val images of the first num_classes WebVision classes, in either of two layouts:
+    val/<wnid>/ (ImageNet's valprep.sh), labelled by the wnid's line in info/synsets.txt, or
+    val/<class index>/ with index 0..num_classes-1 (the DivideMix family's layout), which needs no synsets.txt."""
+    folders = {e.name for e in os.scandir(val) if e.is_dir()}
+    if not folders:
+        raise DataError(f"{val} holds no class folders; put ILSVRC12 val there as <wnid>/ or <class index>/ "
+                        f"folders of images, or remove it to evaluate on webvision_val only")
+    numbered = {name: int(name) for name in folders if name.isdigit() and int(name) < num_classes}
+    wnid_like = sorted(name for name in folders if name[:1] == "n" and name[1:].isdigit())
+    if numbered and wnid_like:
+        raise DataError(f"{val} mixes class-index folders (e.g. {min(numbered, key=numbered.get)}) and wnid folders "
+                        f"(e.g. {wnid_like[0]}); keep one layout")
+    if numbered:
+        present, kind = numbered, f"<class index 0..{num_classes - 1}>"
+    else:  # the label is the wnid's line in synsets.txt, not its rank among the folders present
+        wnids = [line.split()[0] for line in _read_lines(os.path.join(info, "synsets.txt"), layout) if line.strip()]
+        if len(wnids) < num_classes:
+            raise DataError(f"{info}/synsets.txt lists {len(wnids)} synsets, expected 1000 "
+                            f"(at least {num_classes}); {layout}")
+        present, kind = {w: i for i, w in enumerate(wnids[:num_classes]) if w in folders}, "<wnid>"
     try:
         samples = make_dataset(val, present, extensions=IMG_EXTENSIONS)
     except (OSError, ValueError) as err:  # no class folder present, or an empty one
-        raise DataError(f"no ILSVRC12 val images for the first {num_classes} synsets of info/synsets.txt at {val} "
-                        f"({_first_line(err)}); expected imagenet/val/<wnid>/*.JPEG (ImageNet's valprep.sh)") from err
+        raise DataError(f"no ILSVRC12 val images of the first {num_classes} classes at {val} "
+                        f"({_first_line(err)}); expected imagenet/val/{kind}/*.JPEG") from err
     if len(present) < num_classes:
         warnings.warn(f"ILSVRC12 val at {val} lacks {num_classes - len(present)} of the {num_classes} "
                       f"class folders; ilsvrc12_val covers only the others")
-    tests["ilsvrc12_val"] = FileImages([p for p, _ in samples], _labels([y for _, y in samples]), size, "webvision")
-    return Data(train, tests, num_classes, IMAGENET_MEAN, IMAGENET_STD)
+    return FileImages([p for p, _ in samples], _labels([y for _, y in samples]), size, "webvision")
 
 
 def _read_lines(path, layout):
@@ -320,12 +352,18 @@ def _folder(data_dir, image_size, small=64):
     if image_size is not None:
         in_memory = image_size <= small
     else:  # read image headers until one is large; all of them only if all are small
-        sizes = {}  # (w, h) -> the folder it was first seen in
+        sizes, bad = {}, []  # (w, h) -> the folder it was first seen in; unreadable files
         for split, path in ((s, p) for s in ("train", "test") for p in splits[s][1]):
-            wh = open_image(path, lambda im: im.size)
+            try:
+                wh = open_image(path, lambda im: im.size)
+            except DataError as err:
+                bad.append((path, _first_line(err.__cause__)))
+                continue
             sizes.setdefault(wh, os.path.join(data_dir, split))
             if max(wh) > small:
                 break
+        if bad:  # every unreadable file among the headers read (all of them, when the images are small)
+            raise BadImages(bad)
         in_memory = max(max(wh) for wh in sizes) <= small
         if in_memory and len(sizes) > 1:
             (w1, h1), (w2, h2) = list(sizes)[:2]
@@ -341,8 +379,18 @@ def _folder(data_dir, image_size, small=64):
             im = im.resize((image_size, image_size), Image.BILINEAR)  # PIL antialiases when shrinking
         return np.asarray(im)  # (H, W, 3)
 
-    train, test = [TensorImages(torch.from_numpy(np.stack([open_image(p, decode) for p in splits[s][1]]))
-                                .permute(0, 3, 1, 2).contiguous(), splits[s][2]) for s in ("train", "test")]
+    images, bad = {}, []
+    for split in ("train", "test"):  # decode everything, then report every file that failed at once
+        images[split] = []
+        for p in splits[split][1]:
+            try:
+                images[split].append(open_image(p, decode))
+            except DataError as err:
+                bad.append((p, _first_line(err.__cause__)))
+    if bad:
+        raise BadImages(bad)
+    train, test = [TensorImages(torch.from_numpy(np.stack(images[s])).permute(0, 3, 1, 2).contiguous(), splits[s][2])
+                   for s in ("train", "test")]
     return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
 
 
@@ -361,6 +409,22 @@ def open_image(path, use):
             return use(im)
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise DataError(f"cannot read image {path} ({_first_line(err)}); replace or delete the file") from err
+
+
+def check_images(paths, workers=1):
+    """Decode every image in full (a truncated JPEG fails only there), `workers` threads at a time;
+    raise BadImages naming each file that cannot be read."""
+    def reason(path):
+        try:
+            open_image(path, lambda im: im.load())
+        except DataError as err:
+            return _first_line(err.__cause__)
+        return None
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        bad = [(p, why) for p, why in zip(paths, pool.map(reason, paths)) if why is not None]
+    if bad:
+        raise BadImages(bad)
 
 
 def to_rgb(im):

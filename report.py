@@ -2,9 +2,14 @@
 
 evaluate         -- top-1 accuracy of A, B, their mean (the tables' number) and their ensemble, per test set
 epoch_row        -- the metrics.jsonl line of an epoch, from its EpochSums
-epoch_line       -- the fixed-format console line of an epoch
+epoch_line       -- the fixed-format console line of an epoch: lr, training losses, realised noise, chi,
+                    selection and its precision, test accuracy, time
 final_accuracies -- the accuracies of a row, for summary.json
+tensorboard, add_scalars -- the same numbers as TensorBoard scalars, when tensorboard is installed
 """
+import os
+import sys
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -20,7 +25,7 @@ def epoch_row(s, epoch, lr, chi, seconds, num_classes, known_clean, results):
         return part / whole if known_clean and whole else None
 
     return dict(epoch=epoch, lr=lr, chi=chi, seconds=round(seconds, 3), train_samples=int(n),
-                train_loss_a=s.loss_a / n, train_loss_b=s.loss_b / n,
+                train_loss_a=s.loss_a / n, train_loss_b=s.loss_b / n, noise_rate=ratio(s.noisy, n),
                 selected_b2a=s.selected_b2a / n, selected_a2b=s.selected_a2b / n,
                 precision_b2a=ratio(s.clean_b2a, s.selected_b2a), precision_a2b=ratio(s.clean_a2b, s.selected_a2b),
                 recall_b2a=ratio(s.clean_label_b2a, n - s.noisy), recall_a2b=ratio(s.clean_label_a2b, n - s.noisy),
@@ -32,7 +37,9 @@ def epoch_row(s, epoch, lr, chi, seconds, num_classes, known_clean, results):
 def epoch_line(row):
     prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
     chi = "  - " if row["chi"] is None else f"{row['chi']:.2f}"
-    return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | chi {chi} | "
+    noise = "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"
+    return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | loss A {row['train_loss_a']:.3f} "
+            f"B {row['train_loss_b']:.3f} | noise {noise} | chi {chi} | "
             f"sel b2a {row['selected_b2a']:.2f} a2b {row['selected_a2b']:.2f} | prec {prec} | "
             f"test A {row['test_acc_a']:.1f} B {row['test_acc_b']:.1f} mean {row['test_acc_mean']:.1f} | "
             f"{row['seconds']:.1f}s")
@@ -63,3 +70,21 @@ def evaluate(nets, evals, autocast, device, world):
 
 def final_accuracies(row):
     return {k: v for k, v in row.items() if k.endswith(("_acc_a", "_acc_b", "_acc_mean", "_acc_ens"))}
+
+
+def tensorboard(out):
+    """A SummaryWriter into out/tensorboard, or None with a one-line hint when tensorboard is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception as e:  # ImportError, or a tensorboard that does not fit this torch
+        print(f"train.py: note: --tensorboard needs the tensorboard package ({type(e).__name__}: {e}); "
+              f"pip install tensorboard. Training goes on; metrics.jsonl has every number", file=sys.stderr)
+        return None
+    return SummaryWriter(os.path.join(out, "tensorboard"))
+
+
+def add_scalars(writer, row):
+    """Every number of a metrics.jsonl row, at step = its epoch. metrics.jsonl stays the record."""
+    for key, v in row.items():
+        if key != "epoch" and isinstance(v, (int, float)):
+            writer.add_scalar(key, v, row["epoch"])

@@ -2,28 +2,50 @@
 
 RunError        -- a run directory that cannot be used; its message is one line that says what to do
 check_out       -- refuse to mix two runs; on resume, load the checkpoint and check it fits the configuration
-save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state; atomic, every epoch
+provenance      -- what ran: device, versions, git commit, start time (config.json; not compared on resume)
+load_noisy_labels -- on resume, the labels the run trained on, checked against the training set
+save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state, the time so far; atomic, every epoch
+RunClock        -- the run's training time across processes, and the last epoch on disk
+resume_command  -- the command line that resumes a run
+add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and schedulers
+save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
+uninterrupted   -- hold a Ctrl-C back while an epoch's files are written
 trim_metrics    -- on resume, drop metric lines written after the checkpoint
 append_metrics  -- one JSON line per epoch
 append_entropy_hist -- the epoch's histograms of H(p) into entropy_hist.npz
-write_json      -- config.json, summary.json
+record_start    -- config.json at the start, and a line of provenance for each resumption
+read_json, write_json -- config.json, summary.json, weights.json (written atomically)
 
-Files: config.json (resolved settings), noisy_labels.npy (the labels trained on),
+Files: config.json (resolved settings and provenance), noisy_labels.npy (the labels trained on),
 metrics.jsonl (one line per epoch), entropy_hist.npz (histograms of H(p) per epoch),
-checkpoint.pt (the last finished epoch), summary.json (final accuracies).
-Checkpoints load with weights_only=True only; npz files without pickles.
+checkpoint.pt (the last finished epoch), summary.json (final accuracies and total time),
+model_a.pt, model_b.pt and weights.json (the final models).
+Checkpoints and weights load with weights_only=True only; npy/npz files without pickles.
 """
+import contextlib
+import datetime
 import json
 import math
 import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import torch
 
 # Settings that may differ between a run and its resumption: they change how it runs, not what it computes.
-RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "channels_last", "log_every", "data_dir")
+RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "channels_last", "log_every", "data_dir",
+               "check_images", "tensorboard", "provenance")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
+WEIGHTS = {"a": "model_a.pt", "b": "model_b.pt"}
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class RunError(ValueError):
@@ -34,13 +56,29 @@ def check_out(out, config, resume):
     """Refuse to mix two runs; on resume, return the checkpoint (None for a fresh run).
 
     The checkpoint must load with weights_only=True and have been written with the
-    same settings, RUN_CONTROL aside.
+    same settings, RUN_CONTROL aside. --resume needs an --out that holds a run: a
+    checkpoint, or a config.json alone (a run stopped before its first epoch ended,
+    which then starts again); anything else is most likely a mistyped path.
     """
-    ckpt_path = os.path.join(out, "checkpoint.pt")
+    where = _writable_ancestor(out)
+    if where is not None:
+        raise RunError(where)
+    ckpt_path, config_path = os.path.join(out, "checkpoint.pt"), os.path.join(out, "config.json")
     used = any(os.path.exists(os.path.join(out, f)) for f in RUN_FILES)
     if used and not resume:
         raise RunError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
-    if not resume or not os.path.exists(ckpt_path):
+    if not resume:
+        return None
+    if not used:
+        raise RunError(f"cannot resume: {out} {'holds no run' if os.path.isdir(out) else 'does not exist'}; "
+                       f"check the path, or drop --resume to start a new run there")
+    if not os.path.exists(ckpt_path):
+        try:
+            saved = read_json(out, "config.json")
+        except (OSError, ValueError) as e:
+            raise RunError(f"cannot resume: {config_path} is missing or unreadable ({type(e).__name__}) and there "
+                           f"is no checkpoint; choose another --out") from e
+        _same_settings(saved, config, config_path)
         return None
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
@@ -48,24 +86,159 @@ def check_out(out, config, resume):
     except Exception as e:  # truncated file, not a checkpoint, or a pickle we refuse to run
         raise RunError(f"cannot resume: {ckpt_path} is corrupt or not a CMD checkpoint ({type(e).__name__}); "
                        f"delete it to start over") from e
-    diff = sorted(k for k in config if k not in RUN_CONTROL and saved.get(k) != config[k])
-    if diff:
-        raise RunError(f"cannot resume: {ckpt_path} was written with different settings ({', '.join(diff)}); "
-                       f"rerun with the same flags or another --out")
+    _same_settings(saved, config, ckpt_path)
+    if not os.path.exists(os.path.join(out, "noisy_labels.npy")):
+        raise RunError(f"cannot resume: {out}/noisy_labels.npy, the labels this run trains on, is missing; "
+                       f"put it back, or start again in another --out")
     return ckpt
 
 
-def save_checkpoint(out, config, epoch, nets, opts, scheds, r, device):
-    """Everything a resumed run needs to continue bit for bit, written atomically."""
-    state = dict(config=config, epoch=epoch, r_a=r[0].cpu(), r_b=r[1].cpu(), rng_cpu=torch.get_rng_state())
+def _writable_ancestor(out):
+    """None if --out is, or can become, a directory we may write; else what is wrong, in one line."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        return f"--out {out} is a file, not a directory; choose another --out"
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"--out {out} cannot be created: {parent} is a file; choose another --out"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {out}: no permission to write in {parent}; choose another --out"
+    return None
+
+
+def _same_settings(saved, config, path):
+    diff = sorted(k for k in config if k not in RUN_CONTROL and saved.get(k) != config[k])
+    if diff:
+        raise RunError(f"cannot resume: {path} was written with different settings ({', '.join(diff)}); "
+                       f"rerun with the same flags or another --out")
+
+
+def provenance(device, world):
+    """What this process runs on and with: start time, device, versions, and the code's git commit."""
+    import torchvision
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = _cpu_name() + f" ({torch.get_num_threads()} threads)"
+    return dict(started=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                device=device.type, device_name=name, device_count=world, python=platform.python_version(),
+                torch=str(torch.__version__), torchvision=str(torchvision.__version__), **_git())
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine() or "cpu"
+
+
+def _git():
+    """{git_commit, git_dirty} of the checkout this code is in (tracked files only), or {} outside one."""
+    def git(*a):
+        return subprocess.run(["git", "-C", HERE, *a], capture_output=True, text=True, timeout=10, check=True).stdout
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(git_commit=commit, git_dirty=dirty)
+
+
+def load_noisy_labels(out, n, num_classes):
+    """On resume: noisy_labels.npy, checked to be n integer labels in 0..K-1 (no pickles)."""
+    path = os.path.join(out, "noisy_labels.npy")
+    try:
+        noisy = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise RunError(f"cannot resume: {path} is unreadable ({type(e).__name__}); put back the labels this run "
+                       f"trained on, or start again in another --out") from e
+    if noisy.shape != (n,) or noisy.dtype.kind not in "iu":
+        raise RunError(f"cannot resume: {path} holds {noisy.dtype} {noisy.shape}, not the {n} integer labels of "
+                       f"this training set; put back the run's own file")
+    if n and not 0 <= noisy.min() <= noisy.max() < num_classes:
+        raise RunError(f"cannot resume: {path} holds labels {noisy.min()}..{noisy.max()}, outside the "
+                       f"{num_classes} classes 0..{num_classes - 1}; put back the run's own file")
+    return noisy.astype(np.int64)
+
+
+def save_checkpoint(out, config, epoch, nets, opts, scheds, r, device, seconds):
+    """Everything a resumed run needs to continue bit for bit, written atomically.
+
+    seconds: the run's training time up to here, summed over every process that worked on it.
+    """
+    state = dict(config=config, epoch=epoch, r_a=r[0].cpu(), r_b=r[1].cpu(), rng_cpu=torch.get_rng_state(),
+                 seconds=seconds)
     if device.type == "cuda":
         state["rng_cuda"] = torch.cuda.get_rng_state(device)
     for net, opt, sched, k in zip(nets, opts, scheds, "ab"):
         state[f"model_{k}"] = getattr(net, "module", net).state_dict()
         state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), sched.state_dict()
+    _save(state, os.path.join(out, "checkpoint.pt"))
+
+
+def _save(obj, path):
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)  # a kill -9 leaves either the old or the new file, never half of one
+
+
+class RunClock:
+    """Training time summed over every process that worked on a run (the checkpoint carries it from one
+    to the next), and the last epoch whose checkpoint is on disk."""
+
+    def __init__(self, seconds_before, saved_epoch):
+        self.before, self.start, self.saved = seconds_before, time.time(), saved_epoch
+        self.mark = self.start  # when the total was last brought up to date
+
+    def tick(self):
+        """The total up to now, for a checkpoint about to be written."""
+        self.mark = time.time()
+        return self.total()
+
+    def total(self):
+        return self.before + self.mark - self.start
+
+    def since_tick(self):
+        """Time spent since the last tick: work an interruption throws away."""
+        return time.time() - self.mark
+
+
+def add_seconds(out, seconds):
+    """Add the time of work lost to an interruption (an epoch cut short) to the checkpoint's total."""
     path = os.path.join(out, "checkpoint.pt")
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)  # a kill -9 leaves either the old or the new checkpoint, never half of one
+    if os.path.exists(path):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state["seconds"] = state.get("seconds", 0.0) + seconds
+        _save(state, path)
+
+
+def resume_command(argv):
+    """The command line that resumes a run: the user's own (argv: its flags), plus --resume, quoted for a
+    POSIX shell. The interpreter goes by its name where PATH finds that same one, else by its full path."""
+    exe = os.path.basename(sys.executable)
+    python = exe if shutil.which(exe) and os.path.samefile(shutil.which(exe), sys.executable) else sys.executable
+    script = sys.argv[0] if sys.argv[0].endswith("train.py") else "train.py"
+    flags = [*argv] + ([] if "--resume" in argv else ["--resume"])
+    if "RANK" in os.environ:  # launched by torchrun, whose own flags this process does not see
+        return f"your torchrun command with {shlex.join([script, *flags])}"
+    return shlex.join([python, script, *flags])
+
+
+def is_finished(out, ckpt, epochs):
+    """A checkpoint of the last epoch and its summary.json: --resume has nothing left to do."""
+    return ckpt is not None and ckpt["epoch"] >= epochs and os.path.exists(os.path.join(out, "summary.json"))
+
+
+def save_weights(out, nets, archs, meta):
+    """The final models, one plain state_dict each (CPU tensors; torch.load(weights_only=True)), and
+    weights.json: each file's arch, plus meta (dataset, num_classes, normalisation, epoch)."""
+    info = dict(meta)
+    for net, arch, (k, name) in zip(nets, archs, WEIGHTS.items()):
+        state = {n: t.detach().cpu() for n, t in getattr(net, "module", net).state_dict().items()}
+        _save(state, os.path.join(out, name))
+        info[f"model_{k}"] = dict(file=name, arch=arch)
+    write_json(out, "weights.json", info)
 
 
 def restore(ckpt, nets, opts, scheds, device):
@@ -78,6 +251,23 @@ def restore(ckpt, nets, opts, scheds, device):
     if device.type == "cuda" and "rng_cuda" in ckpt:
         torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
     return ckpt["epoch"], [ckpt["r_a"].to(device), ckpt["r_b"].to(device)]
+
+
+@contextlib.contextmanager
+def uninterrupted():
+    """Hold a Ctrl-C (SIGINT) back until the block is done, then deliver it: the metrics, histograms and
+    checkpoint of a stopped run always end at the same epoch. (Main thread only; elsewhere a no-op.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        signal.raise_signal(signal.SIGINT)
 
 
 def trim_metrics(out, epochs_done):
@@ -124,6 +314,23 @@ def last_metrics(out):
         return json.loads(f.readlines()[-1])
 
 
+def record_start(out, config, resumed):
+    """config.json: written when a run starts; each resumption adds its provenance to the list "resumed"."""
+    path = os.path.join(out, "config.json")
+    if resumed and os.path.exists(path):
+        saved = read_json(out, "config.json")
+        saved["resumed"] = saved.get("resumed", []) + [config["provenance"]]
+        config = saved
+    write_json(out, "config.json", config)
+
+
+def read_json(out, name):
+    with open(os.path.join(out, name)) as f:
+        return json.load(f)
+
+
 def write_json(out, name, obj):
-    with open(os.path.join(out, name), "w") as f:
+    path = os.path.join(out, name)
+    with open(path + ".tmp", "w") as f:
         json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)

@@ -7,11 +7,13 @@
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
 MKD baselines, two architectures), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
-beyond the paper, cifar100n (zero knowledge and CMD-P under CIFAR-100N's human labels, paper scale only).
-Each run is a subprocess `train.py ... --resume` writing DIR/<preset>-<scale>/<run>-s<seed>/; a run
-whose summary.json exists is skipped, so an interrupted sweep continues where it stopped (inside a
-run too, from its checkpoint). The tables go to DIR/<preset>-<scale>.md: the scale is in the name
-so that smoke, demo and paper tables never overwrite each other.
+beyond the paper, demo (the CPU demonstration of the mechanism) and cifar100n (zero knowledge and
+CMD-P under CIFAR-100N's human labels, paper scale only).
+Each run is a subprocess `train.py ...` writing DIR/<preset>-<scale>/<run>-s<seed>/, with --resume
+when that folder already holds a started run; a run whose summary.json exists is skipped, so an
+interrupted sweep continues where it stopped (inside a run too, from its checkpoint). The tables go
+to DIR/<preset>-<scale>.md: the scale is in the name so that smoke, demo and paper tables never
+overwrite each other. A cell reads "failed" when its runs failed, "not run" when none was tried.
 
 PRESETS      -- the paper's tables as grids of train.py flags, with its numbers (paper_tables.py)
 DEMO_FLAGS, SMOKE_FLAGS, grid -- what each --scale adds to every run, and which cells it runs
@@ -24,6 +26,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -102,7 +105,7 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
                     seen.add(name)
                     d = os.path.join(sweep_dir, name)
                     key = SCALES[scale] + flags + ["--seed", str(seed)]
-                    out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, "--resume", *extra]))
+                    out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
     return out
 
 
@@ -148,10 +151,15 @@ def run_jobs(todo, gpus=0, jobs=1):
                     lines = [ln.strip() for ln in f if ln.strip()]
                 failed[r["job"]["name"]] = lines[-1] if lines else f"exit code {r['proc'].returncode}"
                 print(f"{head}: FAILED: {failed[r['job']['name']]} (log: {r['err'].name})", flush=True)
-    except KeyboardInterrupt:  # each run's checkpoint lets the next sweep resume it
+    except KeyboardInterrupt:  # each run stops at its checkpoint as on its own Ctrl-C; the next sweep resumes it
         for r in running.values():
-            r["proc"].terminate()
-            r["proc"].wait()
+            r["proc"].send_signal(signal.SIGINT)
+        for r in running.values():
+            try:
+                r["proc"].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                r["proc"].terminate()
+                r["proc"].wait()
         raise
     return failed
 
@@ -172,7 +180,9 @@ def start(i, job, env):
         json.dump(job["key"], f)
     log = open(os.path.join(job["dir"], "train.log"), "a")
     err = open(os.path.join(job["dir"], "train.err"), "a")
-    proc = subprocess.Popen([sys.executable, TRAIN, *job["argv"]], stdout=log, stderr=err, env={**os.environ, **env})
+    started = os.path.exists(os.path.join(job["dir"], "config.json"))  # train.py refuses --resume of nothing
+    argv = job["argv"] + (["--resume"] if started else [])
+    proc = subprocess.Popen([sys.executable, TRAIN, *argv], stdout=log, stderr=err, env={**os.environ, **env})
     return dict(i=i, job=job, proc=proc, log=log, err=err, err_at=err.tell(), t0=time.time())
 
 
@@ -192,9 +202,9 @@ def finished_runs(t, row, col, scale, seeds, sweep_dir):
             and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)])]
 
 
-def load_cells(t, scale, seeds, sweep_dir):
+def load_cells(t, scale, seeds, sweep_dir, failed=()):
     """{(row, col): (mean, std, n)} over the seeds whose summary.json exists (and was run with these
-    flags); cells with none are absent."""
+    flags); a cell with none is "failed" when one of its runs is in `failed` (run names), else absent."""
     cells = {}
     for row in t["rows"]:
         for col in t["cols"]:
@@ -204,6 +214,8 @@ def load_cells(t, scale, seeds, sweep_dir):
                     values.append(json.load(f)[col[3]])
             if values:
                 cells[row[0], col[0]] = mean_std(values)
+            elif any(f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" in failed for seed in range(seeds)):
+                cells[row[0], col[0]] = "failed"
     return cells
 
 
@@ -259,6 +271,8 @@ def render_diagnostics(t, scale, seeds, sweep_dir):
 
 
 def fmt(stat, seeds):
+    if stat == "failed":
+        return stat
     m, s, n = stat
     text = f"{m:.2f}" if s is None else f"{m:.2f} ± {s:.2f}"
     return text + (f" (n={n})" if n < seeds else "")
@@ -290,16 +304,17 @@ def knowledge_verdicts(t, cells):
              "Margin = CMD mean - max(Zero mean, All mean); spread = the largest std of the three cells.", ""]
     for col, label, _, _ in t["cols"]:
         got = {k: cells.get((k, col)) for k, _ in KNOWLEDGE}
+        got = {k: None if v == "failed" else v for k, v in got.items()}
         if not any(got.values()):
             continue
         if not got["zero"] or not got["all"]:
-            lines.append(f"- {label}: Zero or All not run")
+            lines.append(f"- {label}: Zero or All has no result")
             continue
         best = max(("zero", "all"), key=lambda k: got[k][0])
         base = ", ".join(f"{lab} {fmt(got[k], 0)}" for k, lab in KNOWLEDGE[:2])
         for k, name in KNOWLEDGE[2:]:
             if not got[k]:
-                lines.append(f"- {label}: {name} not run")
+                lines.append(f"- {label}: {name} has no result")
                 continue
             margin = got[k][0] - got[best][0]
             stds = [got[j][1] for j in ("zero", "all", k)]
@@ -323,7 +338,7 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
                                           "columns are then one pair's A, B and mean), so the measured numbers "
                                           "are not comparable to the paper's, only their order is"), ""]
     for t in PRESETS[preset]:
-        cells = load_cells(t, scale, seeds, sweep_dir)
+        cells = load_cells(t, scale, seeds, sweep_dir, failed or ())
         lines += render_table(t, cells, seeds)
         if t["key"] == "table1":
             lines += knowledge_verdicts(t, cells)
@@ -373,7 +388,12 @@ def main(argv=None):
         for job in todo:
             print(shlex.join(["python", "train.py", *job["argv"]]))
         return 0
-    failed = run_jobs(todo, args.gpus, args.jobs)
+    try:
+        failed = run_jobs(todo, args.gpus, args.jobs)
+    except KeyboardInterrupt:
+        print("sweep.py: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
+              "the others resume from their checkpoints)", file=sys.stderr)
+        return 130
     hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:

@@ -235,7 +235,7 @@ def test_subset_and_val_split_keep_each_image_with_its_human_label(tmp_path):
     root, clean, d = cifar(tmp_path, "cifar10")
     args = config.resolve(config.get_args(run_args(root, "cifar10", "--noise-key", "aggre", "--subset", "30",
                                                    "--val-split", "0.2")))
-    data, tr, tests, noisy = train.load_data(args, None)
+    data, tr, tests, noisy = train.data_and_labels(args, None, print)
     full = data.train.images.reshape(len(clean), -1)
     # the fixture's images are random, so each identifies its index in the training set
     index = {bytes(full[i].numpy()): i for i in range(len(clean))}

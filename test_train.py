@@ -85,10 +85,11 @@ def test_every_mode_and_lc_trains(tmp_path, mode, lc):
 def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
     out = str(tmp_path / "ddp")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-           *TINY, "--epochs", "2", "--out", out]
+           *TINY, "--epochs", "2", "--log-every", "1", "--out", out]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=HERE)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.count("\nepoch ") == 2  # only rank 0 prints and writes
+    assert res.stdout.count(" img/s | loss A ") == 2 * 3  # the progress line too: 3 steps per epoch
     rows = metrics(out)
     assert [r["epoch"] for r in rows] == [1, 2]
     assert rows[0]["train_samples"] == 96  # shards of every batch, summed over both ranks

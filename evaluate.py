@@ -1,0 +1,138 @@
+"""Test accuracy of trained models (the number of the paper's tables, §4): each model, their mean, their ensemble.
+
+    python evaluate.py runs/smoke                                 # a run's final models on its own test sets
+    python evaluate.py runs/food --data-dir /mnt/data             # the same data, found somewhere else
+    python evaluate.py --weights A.pt --weights B.pt --arch resnet34 --dataset cifar100 --data-dir data
+
+A run directory gives the models (model_a.pt, model_b.pt and weights.json, written by train.py
+at the end of a run) and the data settings (its config.json); --dataset, --data-dir and
+--image-size replace the latter. --weights FILE, once or twice, with --arch NAME or
+NAME_A,NAME_B evaluates any state_dict; the data then come from train.py's data flags, which
+evaluate.py passes on (--dataset, --data-dir, --image-size, --seed, --synthetic-*, ...), at
+train.py's defaults where not given.
+
+The data come from train.py's load_data and eval_batches, the accuracies from report.py's
+evaluate: for a run directory, the numbers equal the run's final test accuracies.
+Weights load with torch.load(weights_only=True): nothing is unpickled.
+
+main -- parse, load the models and the test sets, print one line per test set, return the accuracies
+"""
+import argparse
+import os
+import re
+import sys
+
+import torch
+
+import config
+import datasets
+import models
+import rundir
+import train
+from report import evaluate
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        config.fail(f"{message} (see python evaluate.py --help)")
+
+
+def get_args(argv):
+    p = Parser(description=__doc__.split("\n")[0] + " RUN_DIR: a train.py run directory (its --out).",
+               usage="python evaluate.py RUN_DIR [options] | --weights FILE [--weights FILE] --arch NAME [train.py "
+                     "data flags]")
+    p.add_argument("--weights", action="append", metavar="FILE",
+                   help="a model's state_dict (.pt); give it twice for a pair (instead of a run directory)")
+    p.add_argument("--arch", help="with --weights: NAME, or NAME_A,NAME_B for two files")
+    p.add_argument("--dataset", choices=datasets.DATASETS, help="default: the run's")
+    p.add_argument("--data-dir", help="default: the run's")
+    p.add_argument("--image-size", type=int, help="default: the run's")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                   help="DataLoader workers for datasets read from files")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    run = argv.pop(0) if argv and not argv[0].startswith("-") else None  # first, so that no flag value is taken
+    args, rest = p.parse_known_args(argv)
+    args.run = run
+    if (args.run is None) == (args.weights is None):
+        config.fail("give a run directory or --weights FILE (with --arch), not both or neither")
+    if args.weights and (args.arch is None or len(args.weights) > 2):
+        config.fail("--weights takes one or two files and needs --arch NAME (or NAME_A,NAME_B)")
+    if args.workers < 0 or (args.image_size is not None and args.image_size < 1):
+        config.fail("--workers must be at least 0 and --image-size at least 1")
+    if rest and args.run is not None:
+        config.fail(f"unrecognized arguments: {' '.join(rest)}; a run's own config.json sets its data, "
+                    f"only --dataset, --data-dir and --image-size replace it")
+    return args, rest
+
+
+def settings(args, rest):
+    """(data settings as train.py's flags, [(weights file, arch)], number of classes or None, amp of the run)."""
+    given = {k: v for k, v in (("dataset", args.dataset), ("data_dir", args.data_dir),
+                               ("image_size", args.image_size)) if v is not None}
+    if args.weights:
+        archs = args.arch.split(",")
+        if len(archs) != len(args.weights) and len(archs) != 1:
+            config.fail(f"--arch {args.arch} names {len(archs)} architectures for {len(args.weights)} --weights files")
+        if any(a not in models.ARCHS for a in archs):
+            config.fail(f"unknown architecture in --arch {args.arch}; choose from {', '.join(models.ARCHS)}")
+        flags = vars(config.get_args(rest))  # train.py's data flags, at its defaults where not given
+        return argparse.Namespace(**{**flags, **given}), list(zip(args.weights, archs * len(args.weights))), None, "auto"
+    try:
+        run, info = rundir.read_json(args.run, "config.json"), rundir.read_json(args.run, "weights.json")
+    except (OSError, ValueError) as e:
+        config.fail(f"{args.run} holds no finished run with weights (config.json and weights.json: "
+                    f"{type(e).__name__}); train it to the end, or pass --weights FILE --arch NAME")
+    pairs = [(os.path.join(args.run, info[f"model_{k}"]["file"]), info[f"model_{k}"]["arch"]) for k in "ab"]
+    return argparse.Namespace(**{**run, **given}), pairs, info["num_classes"], run.get("amp", "auto")
+
+
+def load_model(path, arch, num_classes, device):
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        net = models.build_model(arch, num_classes)
+        net.load_state_dict(state)
+    except FileNotFoundError:
+        config.fail(f"weights file {path} not found")
+    except Exception as e:  # not a state_dict, a pickle we refuse, or weights of another arch or class count
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(e).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if not ln.endswith(":")), "")[:200]  # load_state_dict's first finding
+        config.fail(f"{path} is not a state_dict of {arch} with {num_classes} classes ({type(e).__name__}: {why})")
+    fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+    return net.to(device, memory_format=fmt).eval(), fmt
+
+
+def main(argv=None):
+    args, rest = get_args(argv)
+    data, pairs, num_classes, amp = settings(args, rest)
+    device = train.pick_device(args.device, 0)
+    try:
+        d, _, tests, _ = train.load_data(data)
+    except datasets.DataError as e:
+        config.fail(str(e))
+    if num_classes is not None and num_classes != d.num_classes:
+        config.fail(f"the models have {num_classes} classes, {data.dataset} at {data.data_dir} has {d.num_classes}; "
+                    f"give the dataset they were trained on")
+    nets = [load_model(path, arch, d.num_classes, device) for path, arch in pairs]
+    fmt = nets[0][1]
+    nets = [n for n, _ in nets] * (2 if len(nets) == 1 else 1)  # one model: evaluate it as a pair with itself
+    # the run's precision on CUDA (auto: bf16, as train.py), none on the CPU (as train.py's auto)
+    amp = "off" if device.type == "cpu" else {"auto": "bf16"}.get(amp, amp)
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
+                    enabled=amp != "off")
+    evals = train.eval_batches(d, tests, device=device, rank=0, world=1, workers=args.workers, memory_format=fmt)
+    acc = evaluate(nets, evals, autocast, device, world=1)
+    for name in tests:
+        p = "test" if name == next(iter(tests)) else name
+        models_part = (f"A {acc[f'{p}_acc_a']:.2f} B {acc[f'{p}_acc_b']:.2f} mean {acc[f'{p}_acc_mean']:.2f} "
+                       f"ensemble {acc[f'{p}_acc_ens']:.2f}" if len(pairs) == 2 else f"{acc[f'{p}_acc_a']:.2f}")
+        print(f"{name} ({len(tests[name].labels)} images): {models_part}")
+    return acc
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("evaluate.py: stopped by Ctrl-C", file=sys.stderr)
+        sys.exit(130)
