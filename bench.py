@@ -7,6 +7,8 @@ loss_overhead -- time of cmd_loss + both label corrections (MyLC) on a batch of 
                  backward, over the time of two plain F.cross_entropy calls on the same logits
 step_ratio    -- one CMD mutual training step (both models: forward, backward, SGD) over two plain
                  cross-entropy steps of the same two models on the same batch; 1.00 is the floor
+peers         -- the same for cohorts of N = 2, 3, 4 models (--peers): the cohort's step over N plain
+                 cross-entropy steps, and the peak GPU memory of the cohort's step (CUDA only)
 paper_ratio   -- the appendix's CMDWithLoss (appendix_code.paper_cmd_loss) over cmd_loss, same inputs
 step_timing   -- the mutual step eager or under torch.compile: time to steady state, steady-state step
                  (perf_suite.py's compile figures)
@@ -91,31 +93,33 @@ def loss_figures(args, device):
                 loss_ms=dict(plain_ce=1e3 * t_plain, cmd_with_mylc=1e3 * t_cmd, paper=1e3 * t_paper, cmd_loss=1e3 * t_ours))
 
 
-def make_pair(args, device, fmt):
+def make_pair(args, device, fmt, m=2):
+    """m models (A and B by default) of --arch, with their SGD optimisers; the same weights for a seed."""
     torch.manual_seed(0)
-    nets = [models.build_model(a, args.num_classes).to(device, memory_format=fmt) for a in args.arch.split(",")[:2]]
-    if len(nets) == 1:
-        nets.append(models.build_model(args.arch, args.num_classes).to(device, memory_format=fmt))
+    archs = args.arch.split(",")
+    archs = archs if len(archs) == m else archs[:1] * m
+    nets = [models.build_model(a, args.num_classes).to(device, memory_format=fmt) for a in archs]
     opts = [torch.optim.SGD(n.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4) for n in nets]
     return nets, opts
 
 
-def step_figures(args, device):
-    """step_ratio: a CMD-P + MyLC mutual step against two plain CE steps, same models, same batch."""
+def step_figures(args, device, m=2):
+    """step_ratio: a CMD-P + MyLC mutual step of m models against m plain CE steps, same models, same batch;
+    and, on CUDA, the peak memory of the mutual step."""
     fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
-    nets, opts = make_pair(args, device, fmt)
+    nets, opts = make_pair(args, device, fmt, m)
     g = torch.Generator(device).manual_seed(1)
     x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device,
                     generator=g).contiguous(memory_format=fmt)
     y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
     method = Method(mode="progressive", lc="mylc")
-    r = [torch.tensor(0.6, device=device)] * 2
+    r = [torch.tensor(0.6, device=device)] * m
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
 
     def ce_steps():  # the same step with plain CE in place of CMD, so only the loss differs
         with torch.autocast(**autocast):
-            za, zb = nets[0](x), nets[1](x)
-        loss = F.cross_entropy(za.float(), y) + F.cross_entropy(zb.float(), y)
+            z = [net(x) for net in nets]
+        loss = sum(F.cross_entropy(z_k.float(), y) for z_k in z)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -131,9 +135,13 @@ def step_figures(args, device):
     ce, cmd = [], []
     for _ in range(args.rounds):
         ce.append(timed(ce_steps, device, args.warmup, args.repeats))
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         cmd.append(timed(cmd_step, device, args.warmup, args.repeats))
     t_ce, t_cmd = statistics.median(ce), statistics.median(cmd)
-    return dict(step_ratio=t_cmd / t_ce, step_ms=dict(two_ce_steps=1e3 * t_ce, cmd_step=1e3 * t_cmd))
+    memory = torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None
+    return dict(step_ratio=t_cmd / t_ce, step_ms=dict(two_ce_steps=1e3 * t_ce, cmd_step=1e3 * t_cmd),
+                peak_memory_mib=memory)
 
 
 def step_timing(args, device, mode, warmup_steps=5):
@@ -268,9 +276,15 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds for step_ratio")
+    p.add_argument("--peers", default="2,3,4", help="cohort sizes N whose step is timed against N CE steps")
     p.add_argument("--skip", default="", help="comma list of figures to skip: loss,step,throughput")
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
+    try:
+        peers = [int(v) for v in args.peers.split(",") if v]
+        assert peers and all(2 <= m <= 26 for m in peers)
+    except (ValueError, AssertionError):
+        p.error(f"--peers {args.peers}: a comma list of cohort sizes between 2 and 26, e.g. 2,3,4")
     for a in args.arch.split(","):
         if a not in models.ARCHS:
             p.error(f"unknown architecture '{a}'; choose from {', '.join(models.ARCHS)}")
@@ -290,9 +304,16 @@ def main(argv=None):
         print(f"loss_overhead {res['loss_overhead']:.2f}  (cmd_loss + 2x MyLC vs 2x F.cross_entropy, fwd+bwd)")
         print(f"paper_ratio   {res['paper_ratio']:.2f}  (appendix CMDWithLoss time / cmd_loss time)", flush=True)
     if "step" not in skip:
-        res.update(step_figures(args, device))
-        print(f"step_ratio    {res['step_ratio']:.3f} (CMD mutual step / two CE steps; "
-              f"{res['step_ms']['cmd_step']:.1f} ms vs {res['step_ms']['two_ce_steps']:.1f} ms)", flush=True)
+        res["peers"] = {}
+        for m in peers:
+            fig = step_figures(args, device, m)
+            res["peers"][str(m)] = dict(step_ratio=fig["step_ratio"], cmd_step_ms=fig["step_ms"]["cmd_step"],
+                                        ce_steps_ms=fig["step_ms"]["two_ce_steps"], peak_memory_mib=fig["peak_memory_mib"])
+            if m == 2:
+                res.update(step_ratio=fig["step_ratio"], step_ms=fig["step_ms"])
+            memory = "" if fig["peak_memory_mib"] is None else f", peak {fig['peak_memory_mib']:.0f} MiB"
+            print(f"step_ratio    {fig['step_ratio']:.3f} (CMD step of {m} models / {m} CE steps; "
+                  f"{fig['step_ms']['cmd_step']:.1f} ms vs {fig['step_ms']['two_ce_steps']:.1f} ms{memory})", flush=True)
     if "throughput" not in skip:
         res["throughput"] = throughput_figures(args, device)
         for k, v in res["throughput"].items():

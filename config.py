@@ -20,9 +20,8 @@ from typing import NamedTuple
 import datasets
 import models
 import noise
-from mutual import LCS, MODES
+from mutual import LCS, MODES, NAMES
 
-MAX_ARCHS = 2  # models trained together: A and B
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
                 "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34"}
@@ -169,7 +168,10 @@ def get_args(argv):
     g.add_argument("--kdcl-lambda", type=float, default=1.0, help="kdcl: weight λ of the KL term")
 
     g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
-    g.add_argument("--arch", help=f"NAME or NAME_A,NAME_B from {', '.join(models.ARCHS)} "
+    g.add_argument("--peers", type=int, default=2,
+                   help="models trained together: 2 is the paper's A and B; N > 2 a cohort, where each model learns "
+                        "the mean of what its peers' confident knowledge teaches it")
+    g.add_argument("--arch", help=f"NAME, or one NAME per model (NAME_A,NAME_B), from {', '.join(models.ARCHS)} "
                                   "(default resnet34 on cifar100/cifar10, resnet50_imagenet on food101, "
                                   "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
     g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
@@ -243,6 +245,8 @@ def check_values(args):
 
 def resolve(args):
     """Fill every unset flag from the mode and the presets; refuse contradictions instead of overwriting them."""
+    if not 2 <= args.peers <= len(NAMES):
+        fail(f"--peers {args.peers}: must be between 2 (the paper's pair) and {len(NAMES)}")
     if args.gamma is not None:
         fail("--gamma is now --lr-decay (the lr factor at each milestone); Γ, the paper's number of epochs, "
              "is --epochs")
@@ -285,13 +289,13 @@ def resolve(args):
         fail(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
     args.arch = DEFAULT_ARCH[args.dataset] if args.arch is None else args.arch
     archs = args.arch.split(",")
-    if len(archs) > MAX_ARCHS:  # the one place that says how many models train together
-        fail(f"--arch takes at most {MAX_ARCHS} architectures (NAME or NAME_A,NAME_B), got {len(archs)}: {args.arch}")
+    if len(archs) not in (1, args.peers):  # one for all the models, or one per model
+        fail(f"--arch takes 1 architecture or one per model (--peers {args.peers}), got {len(archs)}: {args.arch}")
     for a in archs:
         if a not in models.ARCHS:
-            fail(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or NAME_A,NAME_B from "
+            fail(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or one NAME per model from "
                  f"{', '.join(models.ARCHS)}")
-    archs = archs * (MAX_ARCHS // len(archs))
+    archs = archs * (args.peers // len(archs))
     args.arch = ",".join(archs)
     if args.pretrained is None:
         args.pretrained = args.dataset == "food101" and archs[0] == "resnet50_imagenet"
@@ -315,6 +319,7 @@ def resolve(args):
     if args.out is None:
         tag = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
         tag += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
-        arch_tag = archs[0] if archs[0] == archs[1] else "+".join(archs)
+        arch_tag = archs[0] if len(set(archs)) == 1 else "+".join(archs)
+        arch_tag += "" if args.peers == 2 else f"-x{args.peers}"  # a cohort
         args.out = os.path.join("runs", f"{args.dataset}-{tag}-{args.mode}-{args.lc}-{arch_tag}-s{args.seed}")
     return args

@@ -4,10 +4,10 @@
     python evaluate.py runs/food --data-dir /mnt/data             # the same data, found somewhere else
     python evaluate.py --weights A.pt --weights B.pt --arch resnet34 --dataset cifar100 --data-dir data
 
-A run directory gives the models (model_a.pt, model_b.pt and weights.json, written by train.py
+A run directory gives the models (model_a.pt, model_b.pt, ... and weights.json, written by train.py
 at the end of a run) and the data settings (its config.json); --dataset, --data-dir and
---image-size replace the latter. --weights FILE, once or twice, with --arch NAME or
-NAME_A,NAME_B evaluates any state_dict; the data then come from train.py's data flags, which
+--image-size replace the latter. --weights FILE, once per model, with --arch NAME or one NAME
+per file evaluates any state_dicts; the data then come from train.py's data flags, which
 evaluate.py passes on (--dataset, --data-dir, --image-size, --seed, --synthetic-*, ...), at
 train.py's defaults where not given.
 
@@ -29,6 +29,7 @@ import datasets
 import models
 import rundir
 import train
+from mutual import NAMES
 from report import evaluate
 
 
@@ -42,8 +43,8 @@ def get_args(argv):
                usage="python evaluate.py RUN_DIR [options] | --weights FILE [--weights FILE] --arch NAME [train.py "
                      "data flags]")
     p.add_argument("--weights", action="append", metavar="FILE",
-                   help="a model's state_dict (.pt); give it twice for a pair (instead of a run directory)")
-    p.add_argument("--arch", help="with --weights: NAME, or NAME_A,NAME_B for two files")
+                   help="a model's state_dict (.pt); once per model (instead of a run directory)")
+    p.add_argument("--arch", help="with --weights: NAME, or one NAME per file (NAME_A,NAME_B)")
     p.add_argument("--dataset", choices=datasets.DATASETS, help="default: the run's")
     p.add_argument("--data-dir", help="default: the run's")
     p.add_argument("--image-size", type=int, help="default: the run's")
@@ -56,8 +57,8 @@ def get_args(argv):
     args.run = run
     if (args.run is None) == (args.weights is None):
         config.fail("give a run directory or --weights FILE (with --arch), not both or neither")
-    if args.weights and (args.arch is None or len(args.weights) > 2):
-        config.fail("--weights takes one or two files and needs --arch NAME (or NAME_A,NAME_B)")
+    if args.weights and (args.arch is None or len(args.weights) > len(NAMES)):
+        config.fail(f"--weights takes 1 to {len(NAMES)} files and needs --arch NAME (or one NAME per file)")
     if args.workers < 0 or (args.image_size is not None and args.image_size < 1):
         config.fail("--workers must be at least 0 and --image-size at least 1")
     if rest and args.run is not None:
@@ -83,7 +84,8 @@ def settings(args, rest):
     except (OSError, ValueError) as e:
         config.fail(f"{args.run} holds no finished run with weights (config.json and weights.json: "
                     f"{type(e).__name__}); train it to the end, or pass --weights FILE --arch NAME")
-    pairs = [(os.path.join(args.run, info[f"model_{k}"]["file"]), info[f"model_{k}"]["arch"]) for k in "ab"]
+    pairs = [(os.path.join(args.run, info[f"model_{k}"]["file"]), info[f"model_{k}"]["arch"])
+             for k in NAMES if f"model_{k}" in info]
     return argparse.Namespace(**{**run, **given}), pairs, info["num_classes"], run.get("amp", "auto")
 
 
@@ -115,7 +117,7 @@ def main(argv=None):
                     f"give the dataset they were trained on")
     nets = [load_model(path, arch, d.num_classes, device) for path, arch in pairs]
     fmt = nets[0][1]
-    nets = [n for n, _ in nets] * (2 if len(nets) == 1 else 1)  # one model: evaluate it as a pair with itself
+    nets = [n for n, _ in nets]
     # the run's precision on CUDA (auto: bf16, as train.py), none on the CPU (as train.py's auto)
     amp = "off" if device.type == "cpu" else {"auto": "bf16"}.get(amp, amp)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
@@ -124,8 +126,9 @@ def main(argv=None):
     acc = evaluate(nets, evals, autocast, device, world=1)
     for name in tests:
         p = "test" if name == next(iter(tests)) else name
-        models_part = (f"A {acc[f'{p}_acc_a']:.2f} B {acc[f'{p}_acc_b']:.2f} mean {acc[f'{p}_acc_mean']:.2f} "
-                       f"ensemble {acc[f'{p}_acc_ens']:.2f}" if len(pairs) == 2 else f"{acc[f'{p}_acc_a']:.2f}")
+        models_part = (" ".join(f"{x.upper()} {acc[f'{p}_acc_{x}']:.2f}" for x in NAMES[:len(nets)]) +
+                       f" mean {acc[f'{p}_acc_mean']:.2f} ensemble {acc[f'{p}_acc_ens']:.2f}" if len(nets) > 1
+                       else f"{acc[f'{p}_acc_a']:.2f}")
         print(f"{name} ({len(tests[name].labels)} images): {models_part}")
     return acc
 

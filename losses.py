@@ -8,7 +8,9 @@ cmd_distill        -- Eqs. 3-4, the form that trains: from log-probabilities and
 cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your own loop
 t2s_kd_loss        -- Eq. 1: teacher-to-student KD
 mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowledge, KL form
+dml_loss           -- Eq. 2 for a cohort of M >= 2 models (DML's own form)
 kdcl_loss          -- KDCL-MinLogit (Guo et al. 2020), the ensemble-teacher baseline of Table 4
+kdcl_cohort_loss   -- KDCL for M >= 2 students
 
 The appendix's own code (CMDWithLoss) is transcribed in appendix_code.py, as a
 test oracle.
@@ -18,6 +20,8 @@ comes from the peer, so a distillation term only ever trains the student side.
 All entropies and log-probabilities are in nats and computed in float32, also
 under bf16/fp16 autocast.
 """
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -126,7 +130,17 @@ def mkd_loss(logits_a, logits_b, q, eps):
     the mimicry term K times too weak. eps = 0.5 is DML's CE + KL, halved.
     Returns (loss_a, loss_b); loss_a trains only A.
     """
-    return t2s_kd_loss(logits_a, logits_b, q, eps), t2s_kd_loss(logits_b, logits_a, q, eps)
+    return tuple(dml_loss([logits_a, logits_b], q, eps))
+
+
+def dml_loss(logits, q, eps):
+    """Eq. 2 for a cohort of M >= 2 models, as Deep Mutual Learning defines it for more than two:
+    L_k = (1 - eps) H(q, p_k) + eps * mean over peers j of KL(p_j || p_k), the mean of Eq. 1 over peers.
+
+    logits: list of M (N, K). Returns a list of M scalars; L_k trains only model k. M = 2 is mkd_loss.
+    """
+    m = len(logits)
+    return [sum(t2s_kd_loss(logits[k], logits[j], q, eps) for j in range(m) if j != k) / (m - 1) for k in range(m)]
 
 
 def kdcl_loss(logits_a, logits_b, labels, T=2.0, lam=1.0):
@@ -140,13 +154,21 @@ def kdcl_loss(logits_a, logits_b, labels, T=2.0, lam=1.0):
     KDCL code was found to compare with.
     logits_*: (N, K); labels: (N,) int64. Returns (loss_a, loss_b).
     """
-    za, zb = logits_a.float(), logits_b.float()
+    return tuple(kdcl_cohort_loss([logits_a, logits_b], labels, T, lam))
+
+
+def kdcl_cohort_loss(logits, labels, T=2.0, lam=1.0):
+    """KDCL for M >= 2 students (KDCL trains any number): the MinLogit teacher takes the minimum over all.
+
+    logits: list of M (N, K). Returns a list of M scalars. M = 2 is kdcl_loss.
+    """
+    zs = [z.float() for z in logits]
     with torch.no_grad():
         y = labels[:, None]
-        z_t = torch.minimum(za - za.gather(1, y), zb - zb.gather(1, y))  # (N, K)
+        z_t = functools.reduce(torch.minimum, [z - z.gather(1, y) for z in zs])  # (N, K)
         logp_t = F.log_softmax(z_t / T, dim=-1)
     losses = []
-    for z in (za, zb):
+    for z in zs:
         kl = _kl(logp_t, F.log_softmax(z / T, dim=-1)).mean()
         losses.append(F.cross_entropy(z, labels) + lam * T * T * kl)
-    return losses[0], losses[1]
+    return losses

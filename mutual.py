@@ -4,9 +4,9 @@ Method      -- the method's hyperparameters (mode, lc, eta, b, each label correc
 MODES, LCS  -- the knowledge modes and the self label corrections
 targets     -- q_tilde, one model's own target (label_correction.py)
 self_loss   -- L_selfKD of Eqs. 5-6 for one model
-EpochSums   -- the named sums mutual_step returns, added up over an epoch on the device
+NAMES, sum_names -- the models' names (a, b, c, ...) and the named sums mutual_step adds up on the device
 entropy_histogram -- counts of H(p) per model, for samples with clean and with noisy given labels
-mutual_step -- one training step of A and B, in the order of §3
+mutual_step -- one training step of A and B (or of a cohort), in the order of §3
 
 One step, for a batch x with given (possibly noisy) labels q:
   p_A, p_B        = the two models' predictions on x
@@ -15,16 +15,21 @@ One step, for a batch x with given (possibly noisy) labels q:
   L_A, L_B        = Eqs. 5-6: L_A = L_selfKD(A) + L_B2A, L_B = L_selfKD(B) + L_A2B
   then one backward pass of L_A + L_B and one SGD step per model.
 chi comes from Eq. 7 (schedule.py): Method.chi gives it at a point of training.
+
+A cohort of M > 2 models (beyond the paper, as Deep Mutual Learning trains cohorts) applies Eqs. 3-4 to
+every pair, and model k's objective averages what its peers teach it:
+  L_k = L_selfKD(k) + 1/(M-1) sum_{j != k} [H(p_j) < chi] H(q~_j, p_k),
+which is Eqs. 5-6 when M = 2.
 """
+import itertools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
-from losses import cmd_distill, kdcl_loss, log_probs, mkd_loss, soft_cross_entropy
+from losses import cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, soft_cross_entropy
 from schedule import chi as chi_schedule
 
 # (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
@@ -97,23 +102,31 @@ def self_loss(method, logits, logp, q, q_tilde, y):
     return soft_cross_entropy(q_tilde, logp).mean()
 
 
-class EpochSums(NamedTuple):
-    """Sums over the samples of an epoch; mutual_step returns them as one device tensor in this order."""
-    samples: float       # training samples seen
-    loss_a: float        # sum of L_A (Eq. 5) over samples
-    loss_b: float        # sum of L_B (Eq. 6)
-    selected_b2a: float  # samples where H(p_B) < chi: B's target taught A
-    selected_a2b: float  # samples where H(p_A) < chi
-    clean_b2a: float     # ... of those, the taught target's argmax is the clean label (precision)
-    clean_a2b: float
-    clean_label_b2a: float  # ... of those, the sample's given label is the clean one (recall)
-    clean_label_a2b: float
-    noisy: float         # samples whose given label is not the clean one
-    memorized_a: float   # ... of those, A predicts the wrong given label
-    memorized_b: float
-    entropy_a: float     # sum of H(p_A), for MyLC's r (Eq. 8)
-    entropy_b: float
-    nonfinite: float     # > 0 if L_A + L_B was NaN or inf in some step
+NAMES = "abcdefghijklmnopqrstuvwxyz"  # model A is "a", B is "b", and so on for a cohort
+
+
+def sum_names(m):
+    """The names of what mutual_step adds up over an epoch for m models, in the order of its sums tensor.
+
+    samples          training samples seen
+    noisy            ... of those, samples whose given label is not the clean one
+    nonfinite        > 0 if the loss was NaN or inf in some step
+    loss_x           sum of model x's loss (L_A of Eq. 5 for x = a) over samples
+    memorized_x      noisy-labelled samples that model x predicts as their wrong given label
+    entropy_x        sum of H(p_x), for MyLC's r (Eq. 8)
+    selected_j2k     samples where H(p_j) < chi: j's target taught k (selected_b2a: B taught A, Eq. 3)
+    clean_j2k        ... of those, the taught target's argmax is the clean label (precision)
+    clean_label_j2k  ... of those, the sample's given label is the clean one (recall)
+    """
+    models = NAMES[:m]
+    pairs = [f"{j}2{k}" for j in models for k in models if j != k]
+    return (["samples", "noisy", "nonfinite"] + [f"{s}_{x}" for x in models for s in ("loss", "memorized", "entropy")]
+            + [f"{s}_{pair}" for pair in pairs for s in ("selected", "clean", "clean_label")])
+
+
+def mean(values):
+    """The mean of a list of tensors; exactly the one tensor when there is one (a pair's single peer)."""
+    return sum(values[1:], values[0]) / len(values)
 
 
 def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
@@ -131,51 +144,58 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
 
 
 def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast, scaler):
-    """One training step of the pair on the batch x, in the order of §3.
+    """One training step of A and B (nets[0], nets[1]; or of a cohort) on the batch x, in the order of §3.
 
-    nets, opts: [A, B] and their optimisers. x: (N, C, H, W). y: (N,) given labels;
+    nets, opts: the models and their optimisers. x: (N, C, H, W). y: (N,) given labels;
     y_clean: (N,) clean labels (the given ones when unknown), used only for the sums.
-    chi: Eq. 7's threshold now (None for mkd/kdcl); progress: t/Γ; r: [r_A, r_B],
-    MyLC's confidences (0-dim device tensors). autocast: torch.autocast's arguments;
-    scaler: a GradScaler (enabled for fp16 only).
-    Returns (sums, hist): an EpochSums-ordered (15,) tensor and the (2, 2, ENTROPY_BINS)
-    entropy_histogram of A and B. Nothing here waits for the device: chi and
-    progress are Python floats, r and the sums stay on the device.
+    chi: Eq. 7's threshold now (None for mkd/kdcl); progress: t/Γ; r: MyLC's confidence of
+    each model (0-dim device tensors). autocast: torch.autocast's arguments; scaler: a
+    GradScaler (enabled for fp16 only).
+    Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the
+    (M, 2, ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the
+    device: chi and progress are Python floats, r and the sums stay on the device.
     """
-    net_a, net_b = nets
+    m = len(nets)
     with torch.autocast(**autocast):
-        z_a, z_b = net_a(x), net_b(x)                  # (N, K) logits
-    logp_a, h_a = log_probs(z_a)                       # (N, K) float32 log p_A, (N,) H(p_A) without gradient
-    logp_b, h_b = log_probs(z_b)
-    p_a, p_b = logp_a.detach().exp(), logp_b.detach().exp()
-    q = one_hot(y, z_a.shape[-1])                      # (N, K) given labels
-    if method.mode in ("mkd", "kdcl"):  # the baselines: each model learns all of its peer's prediction
-        loss_a, loss_b = (mkd_loss(z_a, z_b, q, method.mkd_eps) if method.mode == "mkd" else
-                          kdcl_loss(z_a, z_b, y, method.kdcl_t, method.kdcl_lambda))
-        q_a, q_b = p_a, p_b
-        m_b2a = m_a2b = torch.ones_like(h_a)
+        z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
+    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
+    p = [logp_k.detach().exp() for logp_k in logp]
+    q = one_hot(y, z[0].shape[-1])                    # (N, K) given labels
+    taught = {}                                       # (j, k) -> (N,) 0/1: the samples on which j taught k
+    if method.mode in ("mkd", "kdcl"):  # the baselines: each model learns all of its peers' predictions
+        losses = (dml_loss(z, q, method.mkd_eps) if method.mode == "mkd" else
+                  kdcl_cohort_loss(z, y, method.kdcl_t, method.kdcl_lambda))
+        q_tilde = p
+        taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
     else:
-        q_a = targets(method, q, p_a, h_a, r[0], progress)  # (N, K) q~_A, no gradient
-        q_b = targets(method, q, p_b, h_b, r[1], progress)
-        loss_b2a, loss_a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)  # Eqs. 3-4
-        loss_a = self_loss(method, z_a, logp_a, q, q_a, y) + loss_b2a                            # Eq. 5
-        loss_b = self_loss(method, z_b, logp_b, q, q_b, y) + loss_a2b                            # Eq. 6
+        q_tilde = [targets(method, q, p[k], h[k], r[k], progress) for k in range(m)]  # (N, K) each, no gradient
+        distilled = [[] for _ in range(m)]           # distilled[k]: L_j2k of each peer j
+        for a, b in itertools.combinations(range(m), 2):  # the pair (A, B); every pair of a cohort
+            loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
+                logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi)           # Eqs. 3-4
+            distilled[a].append(loss_b2a)
+            distilled[b].append(loss_a2b)
+        # Eqs. 5-6: L_A = L_selfKD(A) + L_B2A; in a cohort, plus the mean of what the peers teach
+        losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
+    total = sum(losses[1:], losses[0])  # L_A + L_B
     for o in opts:
         o.zero_grad(set_to_none=True)
-    scaler.scale(loss_a + loss_b).backward()
+    scaler.scale(total).backward()
     for o in opts:
         scaler.step(o)
     scaler.update()
 
     with torch.no_grad():
-        n = torch.ones_like(h_a).sum()  # N as a device scalar, without a host copy
+        n = torch.ones_like(h[0]).sum()  # N as a device scalar, without a host copy
         noisy = (y != y_clean).float()  # (N,)
-        sums = EpochSums(
-            samples=n, loss_a=loss_a.detach() * n, loss_b=loss_b.detach() * n,
-            selected_b2a=m_b2a.sum(), selected_a2b=m_a2b.sum(),
-            clean_b2a=(m_b2a * (q_b.argmax(-1) == y_clean)).sum(), clean_a2b=(m_a2b * (q_a.argmax(-1) == y_clean)).sum(),
-            clean_label_b2a=(m_b2a * (1 - noisy)).sum(), clean_label_a2b=(m_a2b * (1 - noisy)).sum(),
-            noisy=noisy.sum(), memorized_a=(noisy * (z_a.argmax(-1) == y)).sum(),
-            memorized_b=(noisy * (z_b.argmax(-1) == y)).sum(),
-            entropy_a=h_a.sum(), entropy_b=h_b.sum(), nonfinite=(~torch.isfinite(loss_a + loss_b)).float())
-        return torch.stack(list(sums)), entropy_histogram(torch.stack([h_a, h_b]), noisy, z_a.shape[-1])
+        sums = dict(samples=n, noisy=noisy.sum(), nonfinite=(~torch.isfinite(total)).float())
+        for k, model in enumerate(NAMES[:m]):
+            sums[f"loss_{model}"] = losses[k].detach() * n
+            sums[f"memorized_{model}"] = (noisy * (z[k].argmax(-1) == y)).sum()
+            sums[f"entropy_{model}"] = h[k].sum()
+        for (j, k), mask in taught.items():
+            pair = f"{NAMES[j]}2{NAMES[k]}"
+            sums[f"selected_{pair}"] = mask.sum()
+            sums[f"clean_{pair}"] = (mask * (q_tilde[j].argmax(-1) == y_clean)).sum()
+            sums[f"clean_label_{pair}"] = (mask * (1 - noisy)).sum()
+        return torch.stack([sums[name] for name in sum_names(m)]), entropy_histogram(torch.stack(h), noisy, q.shape[-1])

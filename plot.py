@@ -129,7 +129,7 @@ HIST = "entropy_hist.npz"
 
 
 def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
-    """Small multiples of H(p) histograms: rows A and B, columns a few epochs from first to last.
+    """Small multiples of H(p) histograms: rows A and B (or each model of a cohort), columns a few epochs.
 
     The epochs are spaced geometrically (1, 2, 4, 9, 19, 40 of 40), since what decides CMD, which
     samples become confident first, happens early; epochs_wanted picks them instead.
@@ -145,10 +145,12 @@ def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
         picks = [i for i, e in enumerate(epochs) if e in set(epochs_wanted)] or [len(epochs) - 1]
     else:
         picks = sorted(set(np.geomspace(1, len(epochs), min(panels, len(epochs))).round().astype(int) - 1))
-    fig, axes = plt.subplots(2, len(picks), figsize=(2.6 * len(picks), 4.6), sharex=True, squeeze=False)
+    models = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:counts.shape[1]]  # a row per model: A and B, or a cohort
+    fig, axes = plt.subplots(len(models), len(picks), figsize=(2.6 * len(picks), 2.3 * len(models)), sharex=True,
+                             squeeze=False)
     width = np.diff(edges)
     for col, i in enumerate(picks):
-        for row, model in enumerate("AB"):
+        for row, model in enumerate(models):
             ax = axes[row, col]
             c = counts[i, row]  # (2, bins): clean, noisy
             total = c.sum()
@@ -160,7 +162,7 @@ def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
                 if np.isfinite(chi) and (style == "-" or not np.isclose(chi, h["chi_end"][i])):
                     ax.axvline(max(chi, 0.0), color="k", linestyle=style, linewidth=1)
             ax.set_title(f"{model}, epoch {epochs[i]}", fontsize=9)
-            if row == 1:
+            if row == len(models) - 1:
                 ax.set_xlabel("H(p) (nats)")
             if col == 0:
                 ax.set_ylabel("fraction of samples")

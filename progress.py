@@ -1,7 +1,7 @@
 """Watching a run inside its epochs (the paper's runs are 80-200 epochs of hours): a live progress line.
 
 Progress -- where training is (epoch, step), images per second, the ETA of the epoch and of the run,
-            and the running training losses L_A and L_B (Eqs. 5-6) of the epoch so far
+            and the running training losses L_A and L_B (Eqs. 5-6; one per model in a cohort) of the epoch so far
 clock    -- h:mm:ss
 
 On a terminal the line is rewritten in place (carriage return) about twice a second; when stdout
@@ -10,6 +10,7 @@ N steps instead. The training step never waits for the device (mutual.py), but r
 loss does: so the loss is read only at the moments a line is printed, never every step.
 """
 import shutil
+import string
 import sys
 import time
 
@@ -50,19 +51,19 @@ class Progress:
         self.t_train_end = self.now()
 
     def update(self, step, read_losses):
-        """After step `step` (1-based). read_losses() -> (L_A, L_B), the epoch's running means; it waits for
-        the device, so it is called only when a line is due."""
+        """After step `step` (1-based). read_losses() -> [L_A, L_B, ...], the epoch's running means; it waits
+        for the device, so it is called only when a line is due."""
         self.step = step
         if not self.enabled:
             return
         due = step % self.every == 0 if self.every else self.now() - self.last >= self.interval
         if not due:
             return
-        loss_a, loss_b = read_losses()
+        losses = read_losses()
         self.last = t = self.now()  # after the read, so the rate counts the steps the device has finished
-        self.show(self.line(step, t - self.t0, loss_a, loss_b))
+        self.show(self.line(step, t - self.t0, losses))
 
-    def line(self, step, elapsed, loss_a, loss_b):
+    def line(self, step, elapsed, losses):
         per_step = elapsed / step
         eta_epoch = (self.steps - step) * per_step
         later = self.epochs - self.epoch - 1  # epochs after this one
@@ -72,7 +73,8 @@ class Progress:
         else:  # no epoch finished yet in this process: extrapolate from the training steps alone
             eta_run = eta_epoch + later * self.steps * per_step
         return (f"epoch {self.epoch + 1}/{self.epochs} step {step}/{self.steps} | "
-                f"{self.batch_size * step / max(elapsed, 1e-9):.0f} img/s | loss A {loss_a:.3f} B {loss_b:.3f} | "
+                f"{self.batch_size * step / max(elapsed, 1e-9):.0f} img/s | loss "
+                + " ".join(f"{name} {v:.3f}" for name, v in zip(string.ascii_uppercase, losses)) + " | "
                 f"ETA epoch {clock(eta_epoch)} run {clock(eta_run)}")
 
     def show(self, text):

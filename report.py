@@ -1,7 +1,7 @@
 """What a run reports: test accuracy, one metrics line per epoch, and the console line (paper §4's numbers).
 
 evaluate         -- top-1 accuracy of A, B, their mean (the tables' number) and their ensemble, per test set
-epoch_row        -- the metrics.jsonl line of an epoch, from its EpochSums
+epoch_row        -- the metrics.jsonl line of an epoch, from its sums (mutual.sum_names)
 epoch_line       -- the fixed-format console line of an epoch: lr, training losses, realised noise, chi,
                     selection and its precision, test accuracy, time
 final_accuracies -- the accuracies of a row, for summary.json
@@ -15,61 +15,88 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from label_correction import confidence_from_sum
+from mutual import NAMES
 
 
-def epoch_row(s, epoch, lr, chi, seconds, num_classes, known_clean, results):
-    """The metrics.jsonl line of an epoch from its EpochSums s (host floats) and the evaluation results."""
-    n = s.samples
+def epoch_row(s, m, epoch, lr, chi, seconds, num_classes, known_clean, results):
+    """The metrics.jsonl line of an epoch from its sums s ({mutual.sum_names(m): host float}) and the
+    evaluation results. Per model x: train_loss_x, memorized_x, confidence_x (MyLC's r, Eq. 8); per ordered
+    pair j2k (selected_b2a: B taught A): the fraction selected, its precision and recall."""
+    n = s["samples"]
 
     def ratio(part, whole):  # None where the clean labels are unknown or nothing was counted
         return part / whole if known_clean and whole else None
 
-    return dict(epoch=epoch, lr=lr, chi=chi, seconds=round(seconds, 3), train_samples=int(n),
-                train_loss_a=s.loss_a / n, train_loss_b=s.loss_b / n, noise_rate=ratio(s.noisy, n),
-                selected_b2a=s.selected_b2a / n, selected_a2b=s.selected_a2b / n,
-                precision_b2a=ratio(s.clean_b2a, s.selected_b2a), precision_a2b=ratio(s.clean_a2b, s.selected_a2b),
-                recall_b2a=ratio(s.clean_label_b2a, n - s.noisy), recall_a2b=ratio(s.clean_label_a2b, n - s.noisy),
-                memorized_a=ratio(s.memorized_a, s.noisy), memorized_b=ratio(s.memorized_b, s.noisy),
-                confidence_a=confidence_from_sum(s.entropy_a, n, num_classes),
-                confidence_b=confidence_from_sum(s.entropy_b, n, num_classes), **results)
+    models = NAMES[:m]
+    row = dict(epoch=epoch, lr=lr, chi=chi, seconds=round(seconds, 3), train_samples=int(n))
+    row.update({f"train_loss_{x}": s[f"loss_{x}"] / n for x in models})
+    row["noise_rate"] = ratio(s["noisy"], n)
+    for kind, value in (("selected", lambda pair: s[f"selected_{pair}"] / n),
+                        ("precision", lambda pair: ratio(s[f"clean_{pair}"], s[f"selected_{pair}"])),
+                        ("recall", lambda pair: ratio(s[f"clean_label_{pair}"], n - s["noisy"]))):
+        row.update({f"{kind}_{j}2{k}": value(f"{j}2{k}") for j, k in pairs(m)})
+    row.update({f"memorized_{x}": ratio(s[f"memorized_{x}"], s["noisy"]) for x in models})
+    row.update({f"confidence_{x}": confidence_from_sum(s[f"entropy_{x}"], n, num_classes) for x in models})
+    return dict(row, **results)
 
 
-def epoch_line(row):
-    prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
+def pairs(m):
+    """The ordered pairs (teacher, student) of m models, in the order the pair (A, B) reads: b2a, then a2b."""
+    return [(j, k) for k in NAMES[:m] for j in NAMES[:m] if j != k]
+
+
+def pair_mean(row, kind):
+    """The mean over ordered pairs of a per-pair number of the row (None when none is known)."""
+    values = [v for key, v in row.items() if key.startswith(f"{kind}_") and "2" in key[len(kind) + 1:]
+              and v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def epoch_line(row, m=2):
+    """One fixed-format line per epoch. A pair shows each direction; a cohort the mean over its pairs."""
     chi = "  - " if row["chi"] is None else f"{row['chi']:.2f}"
     noise = "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"
-    return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | loss A {row['train_loss_a']:.3f} "
-            f"B {row['train_loss_b']:.3f} | noise {noise} | chi {chi} | "
-            f"sel b2a {row['selected_b2a']:.2f} a2b {row['selected_a2b']:.2f} | prec {prec} | "
-            f"test A {row['test_acc_a']:.1f} B {row['test_acc_b']:.1f} mean {row['test_acc_mean']:.1f} | "
-            f"{row['seconds']:.1f}s")
+    models = NAMES[:m]
+    if m == 2:
+        prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
+        selection = f"sel b2a {row['selected_b2a']:.2f} a2b {row['selected_a2b']:.2f} | prec {prec}"
+    else:
+        prec = pair_mean(row, "precision")
+        selection = (f"sel mean {pair_mean(row, 'selected'):.2f} | prec mean "
+                     + (" -  " if prec is None else f"{prec:.2f}"))
+    return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | loss "
+            + " ".join(f"{x.upper()} {row[f'train_loss_{x}']:.3f}" for x in models)
+            + f" | noise {noise} | chi {chi} | {selection} | test "
+            + " ".join(f"{x.upper()} {row[f'test_acc_{x}']:.1f}" for x in models)
+            + f" mean {row['test_acc_mean']:.1f} | {row['seconds']:.1f}s")
 
 
 @torch.no_grad()
 def evaluate(nets, evals, autocast, device, world):
-    """Top-1 accuracy (%) of A, B, their mean, and of the averaged probabilities, per test set."""
+    """Top-1 accuracy (%) of each model (A, B, ...), their mean, and of their averaged probabilities, per
+    test set: {test_acc_a, test_acc_b, ..., test_acc_mean, test_acc_ens}; the first set is "test"."""
     for n in nets:
         n.eval()
-    out = {}
+    m, out = len(nets), {}
     for name, batches in evals.items():
-        c = torch.zeros(4, device=device)
+        c = torch.zeros(m + 2, device=device)  # correct per model, correct ensemble, samples
         for x, y, _ in batches.epoch(0, 0):
             with torch.autocast(**autocast):
-                za, zb = nets[0](x), nets[1](x)
-            pa, pb = F.softmax(za.float(), -1), F.softmax(zb.float(), -1)
-            c += torch.stack([(pa.argmax(-1) == y).sum(), (pb.argmax(-1) == y).sum(),
-                              ((pa + pb).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
+                z = [net(x) for net in nets]
+            p = [F.softmax(z_k.float(), -1) for z_k in z]
+            c += torch.stack([(p_k.argmax(-1) == y).sum() for p_k in p] + [
+                (sum(p[1:], p[0]).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
         if world > 1:
             dist.all_reduce(c)
-        a, b, e, n = c.tolist()
+        *correct, e, n = c.tolist()
         prefix = "test" if not out else name  # the first test set is "the" test set of the tables
-        out.update({f"{prefix}_acc_a": 100 * a / n, f"{prefix}_acc_b": 100 * b / n,
-                    f"{prefix}_acc_mean": 50 * (a + b) / n, f"{prefix}_acc_ens": 100 * e / n})
+        out.update({f"{prefix}_acc_{x}": 100 * v / n for x, v in zip(NAMES, correct)})
+        out.update({f"{prefix}_acc_mean": 100 * sum(correct) / (m * n), f"{prefix}_acc_ens": 100 * e / n})
     return out
 
 
 def final_accuracies(row):
-    return {k: v for k, v in row.items() if k.endswith(("_acc_a", "_acc_b", "_acc_mean", "_acc_ens"))}
+    return {k: v for k, v in row.items() if "_acc_" in k}
 
 
 def tensorboard(out):

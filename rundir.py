@@ -40,11 +40,12 @@ import time
 import numpy as np
 import torch
 
+from mutual import NAMES
+
 # Settings that may differ between a run and its resumption: they change how it runs, not what it computes.
 RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "channels_last", "log_every", "data_dir",
                "check_images", "tensorboard", "provenance")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
-WEIGHTS = {"a": "model_a.pt", "b": "model_b.pt"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -168,11 +169,11 @@ def save_checkpoint(out, config, epoch, nets, opts, scheds, r, device, seconds):
 
     seconds: the run's training time up to here, summed over every process that worked on it.
     """
-    state = dict(config=config, epoch=epoch, r_a=r[0].cpu(), r_b=r[1].cpu(), rng_cpu=torch.get_rng_state(),
-                 seconds=seconds)
+    state = dict(config=config, epoch=epoch, rng_cpu=torch.get_rng_state(), seconds=seconds)
     if device.type == "cuda":
         state["rng_cuda"] = torch.cuda.get_rng_state(device)
-    for net, opt, sched, k in zip(nets, opts, scheds, "ab"):
+    for net, opt, sched, r_k, k in zip(nets, opts, scheds, r, NAMES):  # model_a, opt_a, sched_a, r_a, model_b, ...
+        state[f"r_{k}"] = r_k.cpu()
         state[f"model_{k}"] = getattr(net, "module", net).state_dict()
         state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), sched.state_dict()
     _save(state, os.path.join(out, "checkpoint.pt"))
@@ -234,23 +235,23 @@ def save_weights(out, nets, archs, meta):
     """The final models, one plain state_dict each (CPU tensors; torch.load(weights_only=True)), and
     weights.json: each file's arch, plus meta (dataset, num_classes, normalisation, epoch)."""
     info = dict(meta)
-    for net, arch, (k, name) in zip(nets, archs, WEIGHTS.items()):
+    for net, arch, k in zip(nets, archs, NAMES):
         state = {n: t.detach().cpu() for n, t in getattr(net, "module", net).state_dict().items()}
-        _save(state, os.path.join(out, name))
-        info[f"model_{k}"] = dict(file=name, arch=arch)
+        _save(state, os.path.join(out, f"model_{k}.pt"))
+        info[f"model_{k}"] = dict(file=f"model_{k}.pt", arch=arch)
     write_json(out, "weights.json", info)
 
 
 def restore(ckpt, nets, opts, scheds, device):
-    """Load a checkpoint's state in place. Returns (epochs done, MyLC's r as [r_A, r_B] on device)."""
-    for net, opt, sched, k in zip(nets, opts, scheds, "ab"):
+    """Load a checkpoint's state in place. Returns (epochs done, MyLC's r of each model, on device)."""
+    for net, opt, sched, k in zip(nets, opts, scheds, NAMES):
         net.load_state_dict(ckpt[f"model_{k}"])
         opt.load_state_dict(ckpt[f"opt_{k}"])
         sched.load_state_dict(ckpt[f"sched_{k}"])
     torch.set_rng_state(ckpt["rng_cpu"])
     if device.type == "cuda" and "rng_cuda" in ckpt:
         torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
-    return ckpt["epoch"], [ckpt["r_a"].to(device), ckpt["r_b"].to(device)]
+    return ckpt["epoch"], [ckpt[f"r_{k}"].to(device) for k in NAMES[:len(nets)]]
 
 
 @contextlib.contextmanager

@@ -220,18 +220,21 @@ def load_cells(t, scale, seeds, sweep_dir, failed=()):
 
 
 def run_diagnostics(d):
-    """What one run's metrics.jsonl says about memorisation and selection (means of models A and B)."""
+    """What one run's metrics.jsonl says about memorisation and selection (means over its models and over
+    the ordered pairs of models: b2a and a2b for A and B)."""
     with open(os.path.join(d, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    both = lambda r, key: (r[f"{key}_a"] + r[f"{key}_b"]) / 2  # noqa: E731
-    pairs = lambda key: [(r[f"selected_{x}"], r[f"{key}_{x}"]) for r in rows for x in ("b2a", "a2b")]  # noqa: E731
-    weighted = [(s, v) for s, v in pairs("precision") if v is not None]
-    return dict(best=max(r["test_acc_mean"] for r in rows), drop=max(r["test_acc_mean"] for r in rows)
-                - rows[-1]["test_acc_mean"], memorized=both(rows[-1], "memorized"),
-                selected=sum(s for s, _ in pairs("precision")) / (2 * len(rows)),
+    models = [k[len("memorized_"):] for k in rows[-1] if k.startswith("memorized_")]
+    pairs = [f"{j}2{k}" for j in models for k in models if j != k]
+    per_model = lambda r, key: sum(r[f"{key}_{x}"] for x in models) / len(models)  # noqa: E731
+    per_pair = lambda key: [(r[f"selected_{p}"], r[f"{key}_{p}"]) for r in rows for p in pairs]  # noqa: E731
+    weighted = [(s, v) for s, v in per_pair("precision") if v is not None]
+    accs = [r["test_acc_mean"] for r in rows]
+    return dict(best=max(accs), drop=max(accs) - accs[-1], memorized=per_model(rows[-1], "memorized"),
+                selected=sum(s for s, _ in per_pair("precision")) / (len(pairs) * len(rows)),
                 precision=sum(s * v for s, v in weighted) / sum(s for s, _ in weighted) if weighted else None,
-                recall=sum(v for _, v in pairs("recall") if v is not None) / (2 * len(rows)),
-                r_end=both(rows[-1], "confidence"))
+                recall=sum(v for _, v in per_pair("recall") if v is not None) / (len(pairs) * len(rows)),
+                r_end=per_model(rows[-1], "confidence"))
 
 
 DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - final", "{:.1f}"),

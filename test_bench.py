@@ -19,6 +19,16 @@ def test_bench_reports_every_figure(tmp_path):
         assert saved[key] == res[key] and saved[key] > 0
     assert saved["throughput"]["device_fp32"] > 0 and saved["throughput"]["dataloader_fp32"] > 0
     assert {"device", "torch", "command", "date"} <= set(saved)
+    assert set(saved["peers"]) == {"2", "3", "4"}  # the cohort's step against N plain CE steps, per N
+    for m, fig in saved["peers"].items():
+        assert fig["step_ratio"] == pytest.approx(fig["cmd_step_ms"] / fig["ce_steps_ms"]) and fig["step_ratio"] > 0
+        assert fig["peak_memory_mib"] is None  # measured on CUDA only
+    assert saved["peers"]["2"]["step_ratio"] == saved["step_ratio"]
+
+
+def test_bench_refuses_a_cohort_size_it_cannot_build():
+    with pytest.raises(SystemExit):
+        bench.main(["--peers", "1,3", "--skip", "loss,step,throughput"])
 
 
 # Every key the suite writes, as the README's performance section names them.

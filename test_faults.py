@@ -60,7 +60,7 @@ def snapshot(out):
     (["--lr-decay", "-0.1"], "--lr-decay -0.1"), (["--subset", "0"], "--subset 0"),
     (["--workers", "-1"], "--workers -1"), (["--log-every", "-1"], "--log-every -1"),
     (["--lr", "nan"], "--lr nan"), (["--milestones", "0,3"], "--milestones 0,3"),
-    (["--arch", "cnn,cnn,cnn"], "at most 2 architectures"), (["--arch", "cnn,vgg"], "unknown architecture 'vgg'"),
+    (["--arch", "cnn,cnn,cnn"], "1 architecture or one per model (--peers 2), got 3"), (["--arch", "cnn,vgg"], "unknown architecture 'vgg'"),
 ])
 def test_a_bad_value_is_one_line_and_writes_nothing(tmp_path, capsys, flags, message):
     out = tmp_path / "run"

@@ -1,6 +1,7 @@
 """Tests for mutual.py: the step trains on Eqs. 3-6 with each label correction, and its epoch sums count what they name."""
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import models
 from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
 from losses import cmd_loss, entropy
-from mutual import ENTROPY_BINS, LCS, MODES, EpochSums, Method, entropy_histogram, mutual_step
+from mutual import ENTROPY_BINS, LCS, MODES, Method, entropy_histogram, mutual_step, sum_names
 
 K, N = 5, 24
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)
@@ -32,8 +33,8 @@ def step(nets, opts, x, y, y_clean, method, chi, r=(0.7, 0.3), progress=0.6):
     r = [torch.tensor(v) for v in r]
     sums, hist = mutual_step(nets, opts, x, y, y_clean, method=method, chi=chi, progress=progress, r=r,
                              autocast=OFF, scaler=scaler)
-    assert hist.shape == (2, 2, ENTROPY_BINS) and hist.sum() == 2 * N  # every sample once per model
-    return EpochSums(*sums.tolist())
+    assert hist.shape == (len(nets), 2, ENTROPY_BINS) and hist.sum() == len(nets) * N  # every sample once per model
+    return SimpleNamespace(**dict(zip(sum_names(len(nets)), sums.tolist())))
 
 
 def expected_self_loss(method, z, q, y, r, progress):
@@ -132,3 +133,84 @@ def test_entropy_histogram_counts_each_sample_in_its_bin_and_split():
     assert hist[0, 0].tolist() == [1, 1, 0, 1]  # clean labels: H = 0, 0.26 ln K, ln K (+ rounding) in the last bin
     assert hist[0, 1].tolist() == [0, 1, 0, 1]  # noisy labels
     assert hist[1, 0].tolist() == [1, 0, 1, 1] and hist[1, 1].tolist() == [2, 0, 0, 0]
+
+
+# ---- cohorts of M > 2 models ----
+
+def pair_step_oracle(nets, opts, x, y, method, chi, r, progress):
+    """The pair's step written out for two models, as §3 reads: an oracle for the cohort code at M = 2."""
+    from label_correction import one_hot as oh
+    from losses import cmd_distill, log_probs
+    from mutual import self_loss, targets
+    z_a, z_b = nets[0](x), nets[1](x)
+    logp_a, h_a = log_probs(z_a)
+    logp_b, h_b = log_probs(z_b)
+    q = oh(y, z_a.shape[-1])
+    q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], progress)
+    q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], progress)
+    loss_b2a, loss_a2b, _, _ = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
+    loss_a = self_loss(method, z_a, logp_a, q, q_a, y) + loss_b2a
+    loss_b = self_loss(method, z_b, logp_b, q, q_b, y) + loss_a2b
+    for o in opts:
+        o.zero_grad(set_to_none=True)
+    (loss_a + loss_b).backward()
+    for o in opts:
+        o.step()
+    return loss_a, loss_b
+
+
+@pytest.mark.parametrize("lc", ["ce", "mylc", "cp"])
+def test_a_cohort_of_two_is_the_pair_bit_for_bit(lc):
+    nets, opts, x, y, y_clean = setup(seed=4)
+    twins = [copy.deepcopy(n) for n in nets]
+    twin_opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in twins]
+    method = Method(mode="static", lc=lc, eta=2.0, b=0.0)
+    chi, r = math.log(K) / 1.2, (0.7, 0.3)
+    s = step(nets, opts, x, y, y_clean, method, chi, r=r)
+    loss_a, loss_b = pair_step_oracle(twins, twin_opts, x, y, method, chi, [torch.tensor(v) for v in r], 0.6)
+    assert s.loss_a == (loss_a.detach() * N).item() and s.loss_b == (loss_b.detach() * N).item()
+    for net, twin in zip(nets, twins):
+        assert all(torch.equal(p, q) for p, q in zip(net.parameters(), twin.parameters()))
+
+
+def test_a_cohort_learns_the_mean_of_what_its_confident_peers_teach():
+    torch.manual_seed(6)  # a seed whose three fresh models' entropy ranges overlap
+    m = 3
+    nets = [models.build_model("cnn", K) for _ in range(m)]
+    opts = [torch.optim.SGD(n.parameters(), lr=0.1) for n in nets]
+    _, _, x, y, y_clean = setup(seed=6)
+    with torch.no_grad():
+        z = [copy.deepcopy(n)(x) for n in nets]
+    h = [entropy(F.softmax(z_k, -1)) for z_k in z]
+    lo, hi = max(h_k.min().item() for h_k in h), min(h_k.max().item() for h_k in h)
+    assert lo < hi
+    chi = (lo + hi) / 2  # inside every model's range: each teaches on some samples and not on others
+    method = Method(mode="static", lc="ls", eta=math.log(K) / chi, b=0.0)
+    q_tilde = label_smoothing(one_hot(y, K), method.ls_eps)
+    s = step(nets, opts, x, y, y_clean, method, chi, r=(0.5,) * m)
+    for k, name in enumerate("abc"):
+        taught = [cmd_loss(z[k], z[j], q_tilde, q_tilde, chi)[0] for j in range(m) if j != k]  # what j teaches k
+        expected = F.cross_entropy(z[k], q_tilde) + sum(taught) / (m - 1)
+        assert getattr(s, f"loss_{name}") / N == pytest.approx(expected.item(), rel=1e-5)
+    for j, teacher in enumerate("abc"):
+        for k, student in enumerate("abc"):
+            if j != k:  # j teaches k where j is confident, whoever k is
+                assert 0 < getattr(s, f"selected_{teacher}2{student}") == (h[j] < chi).sum().item() < N
+
+
+def test_cohort_baselines_are_the_pair_baselines_at_two_and_average_over_peers():
+    from losses import dml_loss, kdcl_cohort_loss, kdcl_loss, mkd_loss, t2s_kd_loss
+    g = torch.Generator().manual_seed(6)
+    z = [3 * torch.randn(16, K, generator=g) for _ in range(3)]
+    y = torch.randint(0, K, (16,), generator=g)
+    q = one_hot(y, K)
+    assert all(torch.equal(a, b) for a, b in zip(dml_loss(z[:2], q, 0.3), mkd_loss(z[0], z[1], q, 0.3)))
+    assert all(torch.equal(a, b) for a, b in zip(kdcl_cohort_loss(z[:2], y), kdcl_loss(z[0], z[1], y)))
+    for k, loss in enumerate(dml_loss(z, q, 0.3)):  # DML: CE plus the mean KL to the peers
+        kl = [F.kl_div(F.log_softmax(z[k], -1), F.softmax(z[j], -1), reduction="batchmean") for j in range(3) if j != k]
+        assert torch.allclose(loss, 0.7 * F.cross_entropy(z[k], q) + 0.3 * sum(kl) / 2, atol=1e-6)
+        assert torch.allclose(loss, sum(t2s_kd_loss(z[k], z[j], q, 0.3) for j in range(3) if j != k) / 2)
+    teacher = torch.stack([z_k - z_k.gather(1, y[:, None]) for z_k in z]).min(0).values  # MinLogit over all three
+    for z_k, loss in zip(z, kdcl_cohort_loss(z, y)):
+        kl = F.kl_div(F.log_softmax(z_k / 2, -1), F.softmax(teacher / 2, -1), reduction="batchmean")
+        assert torch.allclose(loss, F.cross_entropy(z_k, y) + 4 * kl, atol=1e-6)

@@ -82,10 +82,11 @@ def test_every_mode_and_lc_trains(tmp_path, mode, lc):
         assert row["selected_b2a"] == 1 and row["selected_a2b"] == 1
 
 
-def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
+@pytest.mark.parametrize("peers", [2, 3])
+def test_torchrun_two_cpu_processes_with_gloo(tmp_path, peers):
     out = str(tmp_path / "ddp")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-           *TINY, "--epochs", "2", "--log-every", "1", "--out", out]
+           *TINY, "--epochs", "2", "--log-every", "1", "--peers", str(peers), "--out", out]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=HERE)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.count("\nepoch ") == 2  # only rank 0 prints and writes
@@ -94,6 +95,7 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path):
     assert [r["epoch"] for r in rows] == [1, 2]
     assert rows[0]["train_samples"] == 96  # shards of every batch, summed over both ranks
     assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2
+    assert ("test_acc_c" in rows[0]) == (peers == 3) and os.path.exists(os.path.join(out, f"model_{'abc'[peers - 1]}.pt"))
     single = str(tmp_path / "single")
     train.main(TINY + ["--epochs", "1", "--out", single])
     assert np.array_equal(np.load(os.path.join(out, "noisy_labels.npy")), np.load(os.path.join(single, "noisy_labels.npy")))
@@ -248,3 +250,56 @@ def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
     row = metrics(out)[0]
     assert math.isfinite(row["train_loss_a"]) and row["train_samples"] > 0
     assert (row["precision_b2a"] is None) == (not noise or row["selected_b2a"] == 0)
+
+
+# ---------------------------------------------------------------- cohorts (--peers N)
+
+def test_a_cohort_of_three_trains_resumes_bit_for_bit_and_a_pair_refuses_its_run(tmp_path, monkeypatch, capsys):
+    import shutil
+    import evaluate
+    import rundir
+    flags = TINY + ["--epochs", "2", "--peers", "3", "--arch", "cnn,mlp,cnn", "--mode", "static", "--eta", "1.1"]
+    out = str(tmp_path / "cohort")
+    real_save = rundir.save_checkpoint
+
+    def keep_epoch_1(out_, config, epoch, *args, **kwargs):
+        real_save(out_, config, epoch, *args, **kwargs)
+        if epoch == 1:
+            shutil.copy(os.path.join(out_, "checkpoint.pt"), str(tmp_path / "epoch1.pt"))
+
+    monkeypatch.setattr(rundir, "save_checkpoint", keep_epoch_1)
+    summary = train.main(flags + ["--out", out])
+    rows = metrics(out)
+    pairs = [f"{j}2{k}" for j in "abc" for k in "abc" if j != k]
+    for key in [f"{kind}_{p}" for p in pairs for kind in ("selected", "precision", "recall")] + \
+               [f"{kind}_{x}" for x in "abc" for kind in ("train_loss", "memorized", "confidence", "test_acc")]:
+        assert key in rows[-1], key
+    assert 0 < rows[-1]["selected_a2c"] < 1 and rows[-1]["selected_a2c"] == rows[-1]["selected_a2b"]  # A teaches both
+    assert summary["test_acc_mean"] == pytest.approx(sum(summary[f"test_acc_{x}"] for x in "abc") / 3)
+    with np.load(os.path.join(out, "entropy_hist.npz")) as h:
+        assert h["counts"].shape[:3] == (2, 3, 2) and (h["counts"].sum(axis=(2, 3)) == 96).all()
+    weights = json.load(open(os.path.join(out, "weights.json")))
+    assert [weights[f"model_{x}"]["arch"] for x in "abc"] == ["cnn", "mlp", "cnn"]
+    acc = evaluate.main([out])  # the three final models on the run's test set: the run's own numbers
+    assert all(acc[k] == pytest.approx(summary[k]) for k in summary if "_acc_" in k)
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit) as e:  # a pair may not continue a cohort's run
+        train.main(TINY + ["--epochs", "2", "--mode", "static", "--eta", "1.1", "--out", out, "--resume"])
+    assert e.value.code == 2 and "different settings (arch, peers)" in capsys.readouterr().err
+
+    shutil.copy(str(tmp_path / "epoch1.pt"), os.path.join(out, "checkpoint.pt"))  # as if it had stopped there
+    os.remove(os.path.join(out, "summary.json"))
+    train.main(flags + ["--out", out, "--resume"])
+    assert metrics(out) == [dict(r, seconds=p["seconds"]) for r, p in zip(rows, metrics(out))]
+
+
+@pytest.mark.parametrize("flags,message", [(["--peers", "1"], "--peers 1: must be between 2"),
+                                           (["--peers", "3", "--arch", "cnn,mlp"], "one per model (--peers 3), got 2"),
+                                           (["--arch", "cnn,mlp,cnn"], "one per model (--peers 2), got 3")])
+def test_peers_and_arch_must_agree(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + ["--epochs", "1", "--out", str(tmp_path / "x")] + flags)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x").exists()

@@ -43,7 +43,7 @@ import rundir
 from batches import Batches
 from config import fail, get_args, resolve
 from label_correction import confidence_from_sum
-from mutual import ENTROPY_BINS, EpochSums, Method, mutual_step
+from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, sum_names
 from noise import add_noise, human_labels
 from progress import Progress
 from report import add_scalars, epoch_line, epoch_row, evaluate, final_accuracies, tensorboard
@@ -96,7 +96,7 @@ def eval_batches(d, tests, **common):
 
 
 def build_models(args, num_classes, device, channels_last):
-    """Models A and B, their SGD optimisers and lr schedules, built before anything is written."""
+    """Models A and B (or the cohort's), their SGD optimisers and lr schedules, built before anything is written."""
     torch.manual_seed(args.seed)
     try:
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
@@ -157,7 +157,7 @@ def main(argv=None):
     log(f"data: {args.dataset} train {len(clean)} ({k} classes, realised noise {np.mean(noisy != clean):.3f}) "
         + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     nets, opts, scheds, fmt = build_models(args, k, device, channels_last)
-    start_epoch, r = 0, [torch.zeros((), device=device), torch.zeros((), device=device)]  # MyLC r: 0 in epoch 0
+    start_epoch, r = 0, [torch.zeros((), device=device) for _ in nets]  # MyLC's r of each model: 0 in epoch 0
     if ckpt is not None:
         start_epoch, r = rundir.restore(ckpt, nets, opts, scheds, device)
         log(f"resumed from {args.out}/checkpoint.pt at epoch {start_epoch}")
@@ -189,14 +189,14 @@ def main(argv=None):
             t0 = time.time()
             s, hist, lr, r = train_epoch(fwd, opts, scheds, batches, method, epoch, args.epochs, args.seed, k, r,
                                          autocast, scaler, world, progress)
-            if s.nonfinite > 0:
+            if s["nonfinite"] > 0:
                 progress.clear()
                 fail(f"loss became NaN/inf in epoch {epoch + 1}; " +
                      (f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint") +
                      ". Try a lower --lr or --amp off")
             results = evaluate(fwd, evals, autocast, device, world)
-            row = epoch_row(s, epoch + 1, lr, method.chi(epoch + 1, args.epochs, k), time.time() - t0, k, known_clean,
-                            results)
+            row = epoch_row(s, len(nets), epoch + 1, lr, method.chi(epoch + 1, args.epochs, k), time.time() - t0, k,
+                            known_clean, results)
             seconds = clock.tick()
             with rundir.uninterrupted():  # a Ctrl-C lands after the epoch's files, never among them
                 if rank == 0:
@@ -207,7 +207,7 @@ def main(argv=None):
                 clock.saved = epoch + 1
             if rank == 0:
                 progress.clear()
-                print(epoch_line(row), flush=True)
+                print(epoch_line(row, len(nets)), flush=True)
                 if writer is not None:
                     add_scalars(writer, row)
         if rank == 0:
@@ -256,19 +256,19 @@ def data_and_labels(args, ckpt, log):
 
 
 def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, autocast, scaler, world, progress):
-    """One epoch of mutual_step, then the lr schedule. Returns (EpochSums as host floats, the (2, 2, bins)
-    entropy histograms on the device, the epoch's lr, MyLC's r for the next epoch)."""
+    """One epoch of mutual_step, then the lr schedule. Returns (the epoch's sums {mutual.sum_names: host
+    float}, the (M, 2, bins) entropy histograms on the device, the epoch's lr, MyLC's r for the next epoch)."""
     for n in nets:
         n.train()
-    device = batches.device
-    acc = torch.zeros(len(EpochSums._fields), device=device)  # summed on the device, read once an epoch
-    hist = torch.zeros(2, 2, ENTROPY_BINS, device=device)      # H(p) of A and B, clean / noisy given labels
+    device, m, names = batches.device, len(nets), sum_names(len(nets))
+    acc = torch.zeros(len(names), device=device)           # summed on the device, read once an epoch
+    hist = torch.zeros(m, 2, ENTROPY_BINS, device=device)  # H(p) of each model, clean / noisy given labels
     lr, steps = opts[0].param_groups[0]["lr"], batches.steps()
     progress.start_epoch(epoch)
+    losses = [names.index(f"loss_{x}") for x in NAMES[:m]]
 
-    def running_losses():  # L_A and L_B so far; waits for the device, so only when a progress line is due
-        so_far = EpochSums(*acc.unbind())
-        return (torch.stack([so_far.loss_a, so_far.loss_b]) / so_far.samples).tolist()
+    def running_losses():  # L_A, L_B so far; waits for the device, so only when a progress line is due
+        return (acc[losses] / acc[names.index("samples")]).tolist()
 
     for i, (x, y, y_clean) in enumerate(batches.epoch(seed, epoch)):
         t = epoch + i / steps  # fractional epochs, for Eq. 7 and ProSelfLC
@@ -281,14 +281,14 @@ def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, 
     if world > 1:
         dist.all_reduce(acc)
         dist.all_reduce(hist)
-    s = EpochSums(*acc.tolist())  # the one host sync of the epoch
-    if s.nonfinite > 0:
+    s = dict(zip(names, acc.tolist()))  # the one host sync of the epoch
+    if s["nonfinite"] > 0:
         return s, hist, lr, r
     for sc in scheds:
         sc.step()
     # MyLC's r for the next epoch: Eq. 8 over this epoch's training predictions, kept on the device
-    on_device = EpochSums(*acc.unbind())
-    r = [confidence_from_sum(on_device.entropy_a, s.samples, k), confidence_from_sum(on_device.entropy_b, s.samples, k)]
+    on_device = dict(zip(names, acc.unbind()))
+    r = [confidence_from_sum(on_device[f"entropy_{x}"], s["samples"], k) for x in NAMES[:m]]
     return s, hist, lr, r
 
 
