@@ -66,7 +66,8 @@ def tiny_run_flags(device):
 
 
 def torchrun_smoke(device, timeout):
-    """(ok, seconds, why not): train.py under a 1-process torchrun (NCCL on CUDA, gloo on CPU), tiny data."""
+    """(ok, seconds, why not): train.py under a 1-process torchrun (NCCL on CUDA, gloo on CPU), tiny data;
+    ok when DistributedDataParallel ran on that backend, its all-reduces included, and the run finished."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
@@ -78,8 +79,11 @@ def torchrun_smoke(device, timeout):
             return False, seconds, f"exit code {res.returncode}: {tail(res.stderr)}"
         with open(os.path.join(out, "config.json")) as f:
             world = json.load(f)["world_size"]
-        ok = world == 1 and os.path.exists(os.path.join(out, "summary.json"))
-        return ok, seconds, None if ok else f"world_size {world} or no summary.json"
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        ddp = f"distributed: 1 process, {backend} backend, DistributedDataParallel" in res.stdout  # collectives ran
+        ok = world == 1 and ddp and os.path.exists(os.path.join(out, "summary.json"))
+        return ok, seconds, None if ok else f"world_size {world}, DDP on {backend} {'ran' if ddp else 'did not run'}, " \
+                                            f"summary.json {'written' if os.path.exists(os.path.join(out, 'summary.json')) else 'missing'}"
 
 
 def tail(text):

@@ -123,7 +123,7 @@ def main(argv=None):
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
     evals = train.eval_batches(d, tests, device=device, rank=0, world=1, workers=args.workers, memory_format=fmt)
-    acc = evaluate(nets, evals, autocast, device, world=1)
+    acc = evaluate(nets, evals, autocast, device)
     for name in tests:
         p = "test" if name == next(iter(tests)) else name
         models_part = (" ".join(f"{x.upper()} {acc[f'{p}_acc_{x}']:.2f}" for x in NAMES[:len(nets)]) +

@@ -72,7 +72,7 @@ def epoch_line(row, m=2):
 
 
 @torch.no_grad()
-def evaluate(nets, evals, autocast, device, world):
+def evaluate(nets, evals, autocast, device):
     """Top-1 accuracy (%) of each model (A, B, ...), their mean, and of their averaged probabilities, per
     test set: {test_acc_a, test_acc_b, ..., test_acc_mean, test_acc_ens}; the first set is "test"."""
     for n in nets:
@@ -86,7 +86,7 @@ def evaluate(nets, evals, autocast, device, world):
             p = [F.softmax(z_k.float(), -1) for z_k in z]
             c += torch.stack([(p_k.argmax(-1) == y).sum() for p_k in p] + [
                 (sum(p[1:], p[0]).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
-        if world > 1:
+        if dist.is_available() and dist.is_initialized():
             dist.all_reduce(c)
         *correct, e, n = c.tolist()
         prefix = "test" if not out else name  # the first test set is "the" test set of the tables

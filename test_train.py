@@ -101,6 +101,17 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path, peers):
     assert np.array_equal(np.load(os.path.join(out, "noisy_labels.npy")), np.load(os.path.join(single, "noisy_labels.npy")))
 
 
+def test_one_process_torchrun_goes_through_ddp_and_equals_a_plain_run(tmp_path):
+    out, plain = str(tmp_path / "ddp1"), str(tmp_path / "plain")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py",
+           *TINY, "--epochs", "2", "--out", out]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=HERE)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "distributed: 1 process, gloo backend, DistributedDataParallel" in res.stdout  # the collectives ran
+    train.main(TINY + ["--epochs", "2", "--out", plain])
+    assert [dict(r, seconds=0) for r in metrics(out)] == [dict(r, seconds=0) for r in metrics(plain)]
+
+
 def test_static_threshold_is_constant_and_selects_partially(tmp_path):
     out = str(tmp_path / "s")
     train.main(TINY + ["--epochs", "3", "--mode", "static", "--eta", "1.5", "--lc", "ce", "--out", out])

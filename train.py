@@ -144,7 +144,7 @@ def main(argv=None):
     if rundir.is_finished(args.out, ckpt, args.epochs):
         log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
         return rundir.read_json(args.out, "summary.json")
-    if world > 1:
+    if dist.is_initialized():
         dist.barrier()  # every rank has checked --out before rank 0 writes into it
     log("settings: " + " ".join(f"{k}={v}" for k, v in config.items()))
     if args.resume and ckpt is None:
@@ -161,9 +161,11 @@ def main(argv=None):
     if ckpt is not None:
         start_epoch, r = rundir.restore(ckpt, nets, opts, scheds, device)
         log(f"resumed from {args.out}/checkpoint.pt at epoch {start_epoch}")
-    if world > 1:
+    if dist.is_initialized():  # under torchrun, also with one process: the collectives run as they will on more
         nets = [torch.nn.parallel.DistributedDataParallel(n, device_ids=[local_rank] if device.type == "cuda" else None)
                 for n in nets]
+        log(f"distributed: {world} process{'es' if world > 1 else ''}, {dist.get_backend()} backend, "
+            f"DistributedDataParallel")
     fwd = [torch.compile(n) for n in nets] if args.compile else nets
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
@@ -188,13 +190,13 @@ def main(argv=None):
         for epoch in range(start_epoch, args.epochs):
             t0 = time.time()
             s, hist, lr, r = train_epoch(fwd, opts, scheds, batches, method, epoch, args.epochs, args.seed, k, r,
-                                         autocast, scaler, world, progress)
+                                         autocast, scaler, progress)
             if s["nonfinite"] > 0:
                 progress.clear()
                 fail(f"loss became NaN/inf in epoch {epoch + 1}; " +
                      (f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint") +
                      ". Try a lower --lr or --amp off")
-            results = evaluate(fwd, evals, autocast, device, world)
+            results = evaluate(fwd, evals, autocast, device)
             row = epoch_row(s, len(nets), epoch + 1, lr, method.chi(epoch + 1, args.epochs, k), time.time() - t0, k,
                             known_clean, results)
             seconds = clock.tick()
@@ -214,7 +216,7 @@ def main(argv=None):
             summary = finish(args, row, clock, nets, d, train, writer)
     except (KeyboardInterrupt, datasets.DataError) as e:
         stopped(e, args, argv, progress, clock, rank)
-    if world > 1:
+    if dist.is_initialized():
         dist.destroy_process_group()
     return summary
 
@@ -255,7 +257,7 @@ def data_and_labels(args, ckpt, log):
         fail(str(e))
 
 
-def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, autocast, scaler, world, progress):
+def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, autocast, scaler, progress):
     """One epoch of mutual_step, then the lr schedule. Returns (the epoch's sums {mutual.sum_names: host
     float}, the (M, 2, bins) entropy histograms on the device, the epoch's lr, MyLC's r for the next epoch)."""
     for n in nets:
@@ -278,7 +280,7 @@ def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, 
         hist += step_hist
         progress.update(i + 1, running_losses)
     progress.end_training()
-    if world > 1:
+    if dist.is_initialized():
         dist.all_reduce(acc)
         dist.all_reduce(hist)
     s = dict(zip(names, acc.tolist()))  # the one host sync of the epoch
