@@ -85,7 +85,7 @@ def run_name(flags):
         parts.append("-".join(["human"] + ([f["--noise-key"]] if "--noise-key" in f else [])))
     else:
         parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
-    parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b") if k in f]
+    parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b", "--peers") if k in f]
     return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
 
 

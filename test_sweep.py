@@ -139,8 +139,8 @@ def test_every_command_passes_train_py_checks(preset):
         for job in todo:
             args = config.resolve(config.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
             assert args.dataset == ("cifar100" if scale == "paper" else "synthetic")
-            small = {"demo": "mlp,mlp", "benign": "cnn,cnn", "smoke": "cnn,cnn"}
-            assert args.arch == small[scale] if scale in small else args.arch != "cnn,cnn"
+            small = {"demo": "mlp", "benign": "cnn", "smoke": "cnn"}
+            assert args.arch == ",".join([small[scale]] * args.peers) if scale in small else "cnn" not in args.arch
             assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")
 
 
