@@ -6,7 +6,7 @@ BadImages    -- a DataError for image files that cannot be read, all of them in 
 TensorImages -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar10/100, synthetic, small folders
 FileImages   -- a dataset read from disk by DataLoader workers: food101, webvision, large folders
 Data         -- train set, named test sets, number of classes, normalisation mean/std
-load_dataset -- name -> Data
+load_dataset -- name -> Data (mini-WebVision's loader is webvision.py)
 CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
 take         -- the subset of a TensorImages / FileImages at some indices (validation split)
 open_image   -- open one image file; a bad file becomes a DataError naming it
@@ -20,7 +20,6 @@ How batches are drawn and augmented is batches.py.
 import json
 import os
 import pickle
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -36,7 +35,6 @@ DATASETS = ("cifar100", "cifar10", "food101", "webvision", "folder", "synthetic"
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-WEBVISION_URL = "https://data.vision.ee.ethz.ch/cvl/webvision/download.html"
 
 
 class DataError(ValueError):
@@ -73,17 +71,17 @@ class Data(NamedTuple):
     std: tuple[float, float, float]
 
 
-def _first_line(err):
+def first_line(err):
     """An exception's message cut to one line, for DataError messages."""
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
-def _labels(values):
+def label_array(values):
     return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
-def _require_file(path, listed_in):
+def require_file(path, listed_in):
     """Fail now, with the path, rather than in a DataLoader worker at epoch 1."""
     if not os.path.isfile(path):
         raise DataError(f"image {path} not found, though {listed_in} lists it; "
@@ -116,7 +114,8 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
     if name == "food101":
         return _food101(data_dir, image_size or 224, download)
     if name == "webvision":
-        return _webvision(data_dir, image_size or 299)
+        import webvision  # here, not at the top: webvision.py builds on this module's types
+        return webvision.load(data_dir, image_size or 299)
     return _folder(data_dir, image_size)
 
 
@@ -162,7 +161,7 @@ def _cifar(name, data_dir, image_size, download):
                 getattr(torchvision.datasets, c.torchvision)(data_dir, train=train, download=True)
         except Exception as err:
             raise DataError(f"{name} folder {folder} not found and the download failed "
-                            f"({_first_line(err)}); {how}") from err
+                            f"({first_line(err)}); {how}") from err
     # We unpickle the files ourselves (as torchvision does, encoding="latin1")
     # instead of using torchvision's CIFAR classes: they check md5 sums on
     # every load, so this code path could not be tested on tiny pickles.
@@ -173,7 +172,7 @@ def _cifar(name, data_dir, image_size, download):
         xs, ys = [], []
         for path in (os.path.join(folder, f) for f in files):
             d = _unpickle(path, {"data": np.ndarray, c.labels: list}, c.archive)
-            x, y = d["data"], _labels(d[c.labels])
+            x, y = d["data"], label_array(d[c.labels])
             if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(y) != len(x):
                 raise DataError(f"{path}: expected 'data' uint8 (N, 3072) and N '{c.labels}', got "
                                 f"{x.dtype} {x.shape} and {len(y)} labels; re-extract {c.archive}")
@@ -195,7 +194,7 @@ def _unpickle(path, keys, archive):
         with open(path, "rb") as f:
             d = pickle.load(f, encoding="latin1")
     except Exception as err:
-        raise DataError(f"{path} is not a readable CIFAR pickle ({_first_line(err)}); "
+        raise DataError(f"{path} is not a readable CIFAR pickle ({first_line(err)}); "
                         f"re-extract {archive}") from err
     for key, kind in keys.items():
         if not isinstance(d, dict) or not isinstance(d.get(key), kind):
@@ -218,7 +217,7 @@ def _food101(data_dir, size, download):
             torchvision.datasets.Food101(data_dir, split="train", download=True)
         except Exception as err:
             raise DataError(f"Food-101 not found at {root} and the download failed "
-                            f"({_first_line(err)}); {how}") from err
+                            f"({first_line(err)}); {how}") from err
     splits, classes = {}, None
     for split in ("train", "test"):
         path = os.path.join(meta, f"{split}.json")
@@ -227,7 +226,7 @@ def _food101(data_dir, size, download):
                 index = json.load(f)  # class name -> ["class_name/image_id", ...]
             assert isinstance(index, dict) and all(isinstance(v, list) for v in index.values())
         except (OSError, ValueError, AssertionError) as err:
-            raise DataError(f"{path} is missing or not a dict of lists ({_first_line(err)}); "
+            raise DataError(f"{path} is missing or not a dict of lists ({first_line(err)}); "
                             f"re-extract food-101.tar.gz") from err
         # Class index = sorted class names, as in torchvision's Food101 (and classes.txt).
         classes = classes or sorted(index)
@@ -235,95 +234,12 @@ def _food101(data_dir, size, download):
             raise DataError(f"{path} has other classes than meta/train.json; re-extract food-101.tar.gz")
         idx = {c: i for i, c in enumerate(classes)}
         paths = [os.path.join(images, *f"{rel}.jpg".split("/")) for c in index for rel in index[c]]
-        labels = _labels([idx[c] for c in index for _ in index[c]])
+        labels = label_array([idx[c] for c in index for _ in index[c]])
         if not paths:
             raise DataError(f"{path} lists no images; re-extract food-101.tar.gz")
-        _require_file(paths[0], path)
+        require_file(paths[0], path)
         splits[split] = FileImages(paths, labels, size, "food101")
     return Data(splits["train"], {"test": splits["test"]}, len(classes), IMAGENET_MEAN, IMAGENET_STD)
-
-
-# ------------------------------------------------------------- mini-WebVision
-
-def _webvision(data_dir, size, num_classes=50):
-    """The "mini" setting of Jiang et al. 2018: the first 50 classes of the Google subset.
-
-    Tests: WebVision's own validation images, and ILSVRC12 val for the same 50
-    classes if <data_dir>/imagenet/val/ exists (the paper's test set).
-    """
-    layout = (f"expected under {data_dir}: info/train_filelist_google.txt, info/val_filelist.txt, google/, "
-              f"val_images_256/, and for ILSVRC12 val imagenet/val/<wnid>/ with info/synsets.txt or "
-              f"imagenet/val/<class index 0..{num_classes - 1}>/; download from {WEBVISION_URL}")
-    info = os.path.join(data_dir, "info")
-    train = _filelist(os.path.join(info, "train_filelist_google.txt"), data_dir, num_classes, size, layout)
-    tests = {"webvision_val": _filelist(os.path.join(info, "val_filelist.txt"),
-                                        os.path.join(data_dir, "val_images_256"), num_classes, size, layout)}
-    val = os.path.join(data_dir, "imagenet", "val")
-    if not os.path.isdir(val):
-        warnings.warn(f"ILSVRC12 val not found at {val}, so only webvision_val is evaluated; the paper "
-                      f"tests on it: put the images in class folders there, imagenet/val/<wnid>/*.JPEG "
-                      f"(as ImageNet's valprep.sh makes) or imagenet/val/<class index>/*.JPEG")
-        return Data(train, tests, num_classes, IMAGENET_MEAN, IMAGENET_STD)
-    tests["ilsvrc12_val"] = _ilsvrc12_val(val, info, num_classes, size, layout)
-    return Data(train, tests, num_classes, IMAGENET_MEAN, IMAGENET_STD)
-
-
-def _ilsvrc12_val(val, info, num_classes, size, layout):
-    """ILSVRC12 val images of the first num_classes WebVision classes, in either of two layouts:
-    val/<wnid>/ (ImageNet's valprep.sh), labelled by the wnid's line in info/synsets.txt, or
-    val/<class index>/ with index 0..num_classes-1 (the DivideMix family's layout), which needs no synsets.txt."""
-    folders = {e.name for e in os.scandir(val) if e.is_dir()}
-    if not folders:
-        raise DataError(f"{val} holds no class folders; put ILSVRC12 val there as <wnid>/ or <class index>/ "
-                        f"folders of images, or remove it to evaluate on webvision_val only")
-    numbered = {name: int(name) for name in folders if name.isdigit() and int(name) < num_classes}
-    wnid_like = sorted(name for name in folders if name[:1] == "n" and name[1:].isdigit())
-    if numbered and wnid_like:
-        raise DataError(f"{val} mixes class-index folders (e.g. {min(numbered, key=numbered.get)}) and wnid folders "
-                        f"(e.g. {wnid_like[0]}); keep one layout")
-    if numbered:
-        present, kind = numbered, f"<class index 0..{num_classes - 1}>"
-    else:  # the label is the wnid's line in synsets.txt, not its rank among the folders present
-        wnids = [line.split()[0] for line in _read_lines(os.path.join(info, "synsets.txt"), layout) if line.strip()]
-        if len(wnids) < num_classes:
-            raise DataError(f"{info}/synsets.txt lists {len(wnids)} synsets, expected 1000 "
-                            f"(at least {num_classes}); {layout}")
-        present, kind = {w: i for i, w in enumerate(wnids[:num_classes]) if w in folders}, "<wnid>"
-    try:
-        samples = make_dataset(val, present, extensions=IMG_EXTENSIONS)
-    except (OSError, ValueError) as err:  # no class folder present, or an empty one
-        raise DataError(f"no ILSVRC12 val images of the first {num_classes} classes at {val} "
-                        f"({_first_line(err)}); expected imagenet/val/{kind}/*.JPEG") from err
-    if len(present) < num_classes:
-        warnings.warn(f"ILSVRC12 val at {val} lacks {num_classes - len(present)} of the {num_classes} "
-                      f"class folders; ilsvrc12_val covers only the others")
-    return FileImages([p for p, _ in samples], _labels([y for _, y in samples]), size, "webvision")
-
-
-def _read_lines(path, layout):
-    try:
-        with open(path) as f:
-            return f.read().splitlines()
-    except OSError as err:
-        raise DataError(f"WebVision file {path} not readable ({_first_line(err)}); {layout}") from err
-
-
-def _filelist(path, image_dir, num_classes, size, layout):
-    """Lines "relative/path.jpg label" -> FileImages of the lines with label < num_classes."""
-    paths, labels = [], []
-    for n, line in enumerate(_read_lines(path, layout), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 2 or not parts[1].isdigit():
-            raise DataError(f"{path} line {n}: expected 'path label', got '{line.strip()}'; {layout}")
-        if int(parts[1]) < num_classes:
-            paths.append(os.path.join(image_dir, parts[0]))
-            labels.append(int(parts[1]))
-    if not paths:
-        raise DataError(f"{path} lists no images of classes 0..{num_classes - 1}; {layout}")
-    _require_file(paths[0], path)
-    return FileImages(paths, _labels(labels), size, "webvision")
 
 
 # -------------------------------------------------------------- image folder
@@ -342,12 +258,12 @@ def _folder(data_dir, image_size, small=64):
             classes, class_to_idx = find_classes(root)
             samples = make_dataset(root, class_to_idx, extensions=IMG_EXTENSIONS)
         except (OSError, ValueError) as err:  # no folder, no class folders, or an empty class
-            raise DataError(f"no images at {root} ({_first_line(err)}); {layout}") from err
+            raise DataError(f"no images at {root} ({first_line(err)}); {layout}") from err
         if split == "test" and classes != splits["train"][0]:
             diff = sorted(set(classes) ^ set(splits["train"][0]))
             raise DataError(f"{root} has other classes than {data_dir}/train (e.g. '{diff[0]}'); "
                             f"give test/ the same class folders as train/")
-        splits[split] = (classes, [p for p, _ in samples], _labels([c for _, c in samples]))
+        splits[split] = (classes, [p for p, _ in samples], label_array([c for _, c in samples]))
     k = len(splits["train"][0])
     if image_size is not None:
         in_memory = image_size <= small
@@ -357,7 +273,7 @@ def _folder(data_dir, image_size, small=64):
             try:
                 wh = open_image(path, lambda im: im.size)
             except DataError as err:
-                bad.append((path, _first_line(err.__cause__)))
+                bad.append((path, first_line(err.__cause__)))
                 continue
             sizes.setdefault(wh, os.path.join(data_dir, split))
             if max(wh) > small:
@@ -386,7 +302,7 @@ def _folder(data_dir, image_size, small=64):
             try:
                 images[split].append(open_image(p, decode))
             except DataError as err:
-                bad.append((p, _first_line(err.__cause__)))
+                bad.append((p, first_line(err.__cause__)))
     if bad:
         raise BadImages(bad)
     train, test = [TensorImages(torch.from_numpy(np.stack(images[s])).permute(0, 3, 1, 2).contiguous(), splits[s][2])
@@ -408,7 +324,7 @@ def open_image(path, use):
         with Image.open(path) as im:
             return use(im)
     except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise DataError(f"cannot read image {path} ({_first_line(err)}); replace or delete the file") from err
+        raise DataError(f"cannot read image {path} ({first_line(err)}); replace or delete the file") from err
 
 
 def check_images(paths, workers=1):
@@ -418,7 +334,7 @@ def check_images(paths, workers=1):
         try:
             open_image(path, lambda im: im.load())
         except DataError as err:
-            return _first_line(err.__cause__)
+            return first_line(err.__cause__)
         return None
 
     with ThreadPoolExecutor(max(1, workers)) as pool:

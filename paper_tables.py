@@ -1,13 +1,19 @@
-"""The paper's tables as data (§4): their numbers, and each table's rows and columns as train.py flags.
+"""The paper's tables as data (§4): their numbers, each table's rows and columns as train.py flags, the runs.
 
 PAPER   -- the paper's numbers, transcribed from Tables 1, 2, 4, 5 (Fig. 3 is an image: none)
 PRESETS -- each table's rows and columns as train.py flags; sweep.py runs them
 PAPER_SCALE_ONLY -- presets that need their real data, so run only at sweep.py's --scale paper
 MEAN    -- the summary.json key the paper reports: the mean of the two models' final test accuracies
 
+SCALES  -- what each sweep.py --scale adds to every run (paper, demo, benign, smoke)
+grid, cell_flags, run_name, jobs, same_run -- which cells a scale runs, a cell's train.py flags and folder
+           name, the command lines of a preset, and whether a finished folder ran with the same flags
+
 A table is a dict: key, title, base flags, rows (key, label, flags), cols (key,
 label, flags, the summary.json number a cell shows) and the paper's numbers.
 """
+import json
+import os
 
 # ---------------------------------------------------------------- the paper's numbers
 # Mean final test accuracy (%) of the two models, one list per row in the column order of PRESETS.
@@ -131,3 +137,87 @@ PRESETS = {
 # Synthetic data has no human labels: at demo or smoke scale these presets would measure nothing of theirs.
 PAPER_SCALE_ONLY = {"cifar100n": "it trains on CIFAR-100 with the CIFAR-100N label file (--noise human), which "
                                  "synthetic data has no counterpart of; run it with --scale paper"}
+
+
+# ---------------------------------------------------------------- scales
+# demo: the CPU-sized regime the paper is about, where a network fits its noisy training labels. 2,000
+# synthetic 16x16 images of 10 classes, not shifted, with clutter of 3x the class signal; the mlp (an MLP
+# has no translation invariance, so its images are not shifted), no augmentation, 40 epochs at lr 0.05
+# divided by 10 at 20 and 30, the paper's weight decay. Fixed from zero knowledge alone before any CMD row
+# ran: CE learns the clean classes first (best test accuracy 91-94% at epoch 2, seeds 0-2), then memorises
+# every noisy label and ends 26-27 points lower.
+DEMO_FLAGS = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "2000", "--synthetic-test-size", "1000",
+              "--synthetic-difficulty", "3", "--synthetic-shift", "0", "--image-size", "16", "--augment", "none",
+              "--epochs", "40", "--lr", "0.05", "--milestones", "20,30", "--device", "cpu"]
+# benign: the earlier CPU demonstration, where noise does little harm and CMD has nothing to act on: a cnn
+# with the paper's augmentation on 500 images at difficulty 1 (memorises 4-10% of the noisy labels).
+BENIGN_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "500", "--synthetic-test-size", "500",
+                "--synthetic-difficulty", "1.0", "--epochs", "36", "--milestones", "24,32", "--device", "cpu"]
+SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--synthetic-size", "128",
+               "--synthetic-test-size", "64", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu"]
+SCALES = {"paper": ["--dataset", "cifar100"], "demo": DEMO_FLAGS, "benign": BENIGN_FLAGS, "smoke": SMOKE_FLAGS}
+# Cells the CPU scales run, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
+DEMO_GRID = {"table1": (None, ["mylc"]), "table2": (None, ["sym40"])}
+
+
+def grid(t, scale):
+    """The (row key, col key) cells this scale runs. Smoke: the first 2 rows of the first column, so that
+    a 2-seed smoke sweep is 4 runs, 20-40 s on 2 CPU cores (torch's import is most of each run)."""
+    rows, cols = [r[0] for r in t["rows"]], [c[0] for c in t["cols"]]
+    if scale == "smoke":
+        rows, cols = rows[:2], cols[:1]
+    elif scale in ("demo", "benign"):
+        want_rows, want_cols = DEMO_GRID.get(t["key"], (None, None))
+        rows, cols = want_rows or rows, want_cols or cols
+    return [(r, c) for r in rows for c in cols]
+
+
+def cell_flags(t, row, col, scale):
+    """train.py flags of one cell; below paper scale every --arch gives way to the scale's network."""
+    flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + dict((c[0], c[2]) for c in t["cols"])[col]
+    if scale != "paper":
+        i = flags.index("--arch") if "--arch" in flags else None
+        flags = flags if i is None else flags[:i] + flags[i + 2:]
+    return flags
+
+
+def run_name(flags):
+    """A run's directory name from its flags, so that cells with the same flags share one run."""
+    f = dict(zip(flags[::2], flags[1::2]))
+    parts = [f["--mode"]] + ([f["--lc"]] if "--lc" in f else [])
+    if f["--noise"] == "human":  # CIFAR-N: the labels come from a file, with no rate to set
+        parts.append("-".join(["human"] + ([f["--noise-key"]] if "--noise-key" in f else [])))
+    else:
+        parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
+    parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b", "--peers") if k in f]
+    return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
+
+
+def jobs(preset, scale, seeds, sweep_dir, extra=()):
+    """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, and key (the
+    flags that make the run what it is, kept in its folder as sweep.json). ValueError for a preset
+    of PAPER_SCALE_ONLY below paper scale."""
+    if scale != "paper" and preset in PAPER_SCALE_ONLY:
+        raise ValueError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
+    out, seen = [], set()
+    for seed in range(seeds):  # seed 0 of every cell first: a sweep cut short still fills the table
+        for t in PRESETS[preset]:
+            for row, col in grid(t, scale):
+                flags = cell_flags(t, row, col, scale)
+                name = f"{run_name(flags)}-s{seed}"
+                if name not in seen:
+                    seen.add(name)
+                    d = os.path.join(sweep_dir, name)
+                    key = SCALES[scale] + flags + ["--seed", str(seed)]
+                    out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
+    return out
+
+
+def same_run(d, key):
+    """False when d's sweep.json says it ran with other flags (order aside); True when it has none."""
+    path = os.path.join(d, "sweep.json")
+    if not os.path.exists(path):
+        return True
+    with open(path) as f:
+        saved = json.load(f)
+    return dict(zip(saved[::2], saved[1::2])) == dict(zip(key[::2], key[1::2]))

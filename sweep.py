@@ -15,11 +15,13 @@ interrupted sweep continues where it stopped (inside a run too, from its checkpo
 to DIR/<preset>-<scale>.md: the scale is in the name so that smoke, demo and paper tables never
 overwrite each other. A cell reads "failed" when its runs failed, "not run" when none was tried.
 
-PRESETS      -- the paper's tables as grids of train.py flags, with its numbers (paper_tables.py)
-DEMO_FLAGS, SMOKE_FLAGS, grid -- what each --scale adds to every run, and which cells it runs
-jobs         -- the train.py command lines of a preset
-run_jobs     -- run them one after another, or N at a time on N GPUs
-render       -- markdown: mean ± sample std over seeds per cell, the paper's number beside it
+run_jobs     -- run a preset's train.py command lines (paper_tables.jobs) one after another, or N at a time
+                on N GPUs or on the CPU's cores
+render       -- markdown: mean ± sample std over seeds per cell, the paper's number beside it; for the
+                demo, each row's diagnostics and whether its preconditions hold
+
+The presets, the paper's numbers, what each --scale adds to every run and the grid of runs are
+paper_tables.py.
 """
 import argparse
 import json
@@ -31,83 +33,9 @@ import subprocess
 import sys
 import time
 
-from paper_tables import KNOWLEDGE, MEAN, PAPER_SCALE_ONLY, PRESETS
+from paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
-
-# ---------------------------------------------------------------- scales
-# demo: the CPU-sized regime the paper is about, where a network fits its noisy training labels. 2,000
-# synthetic 16x16 images of 10 classes, not shifted, with clutter of 3x the class signal; the mlp (an MLP
-# has no translation invariance, so its images are not shifted), no augmentation, 40 epochs at lr 0.05
-# divided by 10 at 20 and 30, the paper's weight decay. Fixed from zero knowledge alone before any CMD row
-# ran: CE learns the clean classes first (best test accuracy 91-94% at epoch 2, seeds 0-2), then memorises
-# every noisy label and ends 26-27 points lower.
-DEMO_FLAGS = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "2000", "--synthetic-test-size", "1000",
-              "--synthetic-difficulty", "3", "--synthetic-shift", "0", "--image-size", "16", "--augment", "none",
-              "--epochs", "40", "--lr", "0.05", "--milestones", "20,30", "--device", "cpu"]
-# benign: the earlier CPU demonstration, where noise does little harm and CMD has nothing to act on: a cnn
-# with the paper's augmentation on 500 images at difficulty 1 (memorises 4-10% of the noisy labels).
-BENIGN_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "500", "--synthetic-test-size", "500",
-                "--synthetic-difficulty", "1.0", "--epochs", "36", "--milestones", "24,32", "--device", "cpu"]
-SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--synthetic-size", "128",
-               "--synthetic-test-size", "64", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu"]
-SCALES = {"paper": ["--dataset", "cifar100"], "demo": DEMO_FLAGS, "benign": BENIGN_FLAGS, "smoke": SMOKE_FLAGS}
-# Cells the CPU scales run, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
-DEMO_GRID = {"table1": (None, ["mylc"]), "table2": (None, ["sym40"])}
-
-
-def grid(t, scale):
-    """The (row key, col key) cells this scale runs. Smoke: the first 2 rows of the first column, so that
-    a 2-seed smoke sweep is 4 runs, 20-40 s on 2 CPU cores (torch's import is most of each run)."""
-    rows, cols = [r[0] for r in t["rows"]], [c[0] for c in t["cols"]]
-    if scale == "smoke":
-        rows, cols = rows[:2], cols[:1]
-    elif scale in ("demo", "benign"):
-        want_rows, want_cols = DEMO_GRID.get(t["key"], (None, None))
-        rows, cols = want_rows or rows, want_cols or cols
-    return [(r, c) for r in rows for c in cols]
-
-
-def cell_flags(t, row, col, scale):
-    """train.py flags of one cell; below paper scale every --arch gives way to the scale's network."""
-    flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + dict((c[0], c[2]) for c in t["cols"])[col]
-    if scale != "paper":
-        i = flags.index("--arch") if "--arch" in flags else None
-        flags = flags if i is None else flags[:i] + flags[i + 2:]
-    return flags
-
-
-def run_name(flags):
-    """A run's directory name from its flags, so that cells with the same flags share one run."""
-    f = dict(zip(flags[::2], flags[1::2]))
-    parts = [f["--mode"]] + ([f["--lc"]] if "--lc" in f else [])
-    if f["--noise"] == "human":  # CIFAR-N: the labels come from a file, with no rate to set
-        parts.append("-".join(["human"] + ([f["--noise-key"]] if "--noise-key" in f else [])))
-    else:
-        parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
-    parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b", "--peers") if k in f]
-    return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
-
-
-def jobs(preset, scale, seeds, sweep_dir, extra=()):
-    """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, and key (the
-    flags that make the run what it is, kept in its folder as sweep.json). ValueError for a preset
-    of PAPER_SCALE_ONLY below paper scale."""
-    if scale != "paper" and preset in PAPER_SCALE_ONLY:
-        raise ValueError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
-    out, seen = [], set()
-    for seed in range(seeds):  # seed 0 of every cell first: a sweep cut short still fills the table
-        for t in PRESETS[preset]:
-            for row, col in grid(t, scale):
-                flags = cell_flags(t, row, col, scale)
-                name = f"{run_name(flags)}-s{seed}"
-                if name not in seen:
-                    seen.add(name)
-                    d = os.path.join(sweep_dir, name)
-                    key = SCALES[scale] + flags + ["--seed", str(seed)]
-                    out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
-    return out
-
 
 # ---------------------------------------------------------------- running
 def run_jobs(todo, gpus=0, jobs=1):
@@ -162,16 +90,6 @@ def run_jobs(todo, gpus=0, jobs=1):
                 r["proc"].wait()
         raise
     return failed
-
-
-def same_run(d, key):
-    """False when d's sweep.json says it ran with other flags (order aside); True when it has none."""
-    path = os.path.join(d, "sweep.json")
-    if not os.path.exists(path):
-        return True
-    with open(path) as f:
-        saved = json.load(f)
-    return dict(zip(saved[::2], saved[1::2])) == dict(zip(key[::2], key[1::2]))
 
 
 def start(i, job, env):

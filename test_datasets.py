@@ -11,6 +11,7 @@ from PIL import Image
 
 import batches
 import datasets
+import webvision
 from datasets import DataError, FileImages, TensorImages, load_dataset
 
 
@@ -247,7 +248,7 @@ def test_webvision_missing_info_points_to_download_page(tmp_path):
     with pytest.raises(DataError) as err:
         load_dataset("webvision", tmp_path)
     msg = one_line(err)
-    assert str(tmp_path / "info") in msg and datasets.WEBVISION_URL in msg
+    assert str(tmp_path / "info") in msg and webvision.WEBVISION_URL in msg
 
 
 # -------------------------------------------------------------- image folder

@@ -24,6 +24,7 @@ import datasets
 import evaluate
 import models
 import rundir
+import paper_tables
 import sweep
 import train
 from progress import Progress
@@ -334,7 +335,7 @@ def test_a_one_epoch_curve_is_drawn_with_a_marker():
 
 
 def test_a_sweep_cell_whose_runs_failed_reads_failed(tmp_path):
-    todo = sweep.jobs("table1", "smoke", 1, str(tmp_path))
+    todo = paper_tables.jobs("table1", "smoke", 1, str(tmp_path))
     md = sweep.render("table1", "smoke", 1, str(tmp_path), "header", failed={todo[0]["name"]: "train.py: error: x"})
     assert "| Zero | failed (paper 51.53) |" in md and "| All | not run (paper 53.63) |" in md
 
@@ -342,7 +343,7 @@ def test_a_sweep_cell_whose_runs_failed_reads_failed(tmp_path):
 def test_a_sweep_starts_fresh_runs_without_resume_and_resumes_started_ones(tmp_path, monkeypatch):
     launched = []
     monkeypatch.setattr(sweep.subprocess, "Popen", lambda argv, **kw: launched.append(argv))
-    job = sweep.jobs("table1", "smoke", 1, str(tmp_path))[0]
+    job = paper_tables.jobs("table1", "smoke", 1, str(tmp_path))[0]
     for started in (False, True):
         if started:
             with open(os.path.join(job["dir"], "config.json"), "w") as f:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import paper_tables
 import plot
 import sweep
 import config
@@ -68,7 +69,7 @@ def test_a_second_sweep_skips_every_finished_run(smoke):
 
 
 def test_a_failed_run_is_reported_and_the_rest_of_the_grid_runs(tmp_path):
-    todo = sweep.jobs("table1", "smoke", 2, str(tmp_path / "table1-smoke"))
+    todo = paper_tables.jobs("table1", "smoke", 2, str(tmp_path / "table1-smoke"))
     assert [j["name"] for j in todo] == ["zero-ls-sym40-s0", "all-ls-sym40-s0", "zero-ls-sym40-s1", "all-ls-sym40-s1"]
     for job, acc in zip(todo[:2], (40.0, 42.0)):  # finished before: no training needed
         write(os.path.join(job["dir"], "summary.json"), {"test_acc_mean": acc, "seconds": 1.0})
@@ -88,7 +89,7 @@ def test_a_failed_run_is_reported_and_the_rest_of_the_grid_runs(tmp_path):
 
 
 def fake_cell(sweep_dir, t, row, col, seed, acc):
-    name = sweep.run_name(sweep.cell_flags(t, row, col, "demo"))
+    name = paper_tables.run_name(paper_tables.cell_flags(t, row, col, "demo"))
     write(os.path.join(sweep_dir, f"{name}-s{seed}", "summary.json"), {"test_acc_mean": acc})
 
 
@@ -131,10 +132,10 @@ def test_paper_numbers_fit_their_tables():
 
 @pytest.mark.parametrize("preset", sorted(sweep.PRESETS))
 def test_every_command_passes_train_py_checks(preset):
-    for scale in sweep.SCALES:
-        if preset in sweep.PAPER_SCALE_ONLY and scale != "paper":
+    for scale in paper_tables.SCALES:
+        if preset in paper_tables.PAPER_SCALE_ONLY and scale != "paper":
             continue  # refused: test_cifar100n_runs_only_at_paper_scale
-        todo = sweep.jobs(preset, scale, 2, "sweeps")
+        todo = paper_tables.jobs(preset, scale, 2, "sweeps")
         assert len({j["dir"] for j in todo}) == len(todo)
         for job in todo:
             args = config.resolve(config.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
@@ -145,7 +146,7 @@ def test_every_command_passes_train_py_checks(preset):
 
 
 def test_cifar100n_runs_only_at_paper_scale(tmp_path):
-    todo = sweep.jobs("cifar100n", "paper", 1, "sweeps")
+    todo = paper_tables.jobs("cifar100n", "paper", 1, "sweeps")
     assert [j["name"] for j in todo] == [f"{m}-{lc}-human-resnet34-s0" for m in ("zero", "progressive")
                                          for lc in ("proselflc", "mylc")]
     args = config.resolve(config.get_args(todo[3]["argv"]))
@@ -156,11 +157,11 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
         res = cli("sweep.py", "cifar100n", "--scale", scale, "--out", str(tmp_path / scale))
         assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
         assert res.stderr.strip() == f"sweep.py: error: preset cifar100n runs only at --scale paper: " \
-                                     f"{sweep.PAPER_SCALE_ONLY['cifar100n']}"
+                                     f"{paper_tables.PAPER_SCALE_ONLY['cifar100n']}"
         assert not (tmp_path / scale).exists()
 
 
-@pytest.mark.parametrize("scale,flags", [("demo", sweep.DEMO_FLAGS), ("benign", sweep.BENIGN_FLAGS)])
+@pytest.mark.parametrize("scale,flags", [("demo", paper_tables.DEMO_FLAGS), ("benign", paper_tables.BENIGN_FLAGS)])
 def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale, flags):
     res = cli("sweep.py", "table1", "--scale", scale, "--seeds", "3", "--dry-run")
     lines = res.stdout.splitlines()
@@ -180,7 +181,7 @@ def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_d
     assert "| CE, zero knowledge | " in md and "(paper 47.20)" in md and "### Diagnostics" in md
     assert "CPU (" in md and "2 runs at a time" in md
     assert re.search(r"- CE, zero knowledge: memorised \d\.\d\d, best - final -?\d+\.\d points: (hold|do not hold)", md)
-    f = dict(zip(sweep.SMOKE_FLAGS[::2], sweep.SMOKE_FLAGS[1::2]))
+    f = dict(zip(paper_tables.SMOKE_FLAGS[::2], paper_tables.SMOKE_FLAGS[1::2]))
     clean = datasets.load_dataset("synthetic", None, seed=0, synthetic_size=int(f["--synthetic-size"]),
                                   synthetic_test_size=int(f["--synthetic-test-size"]),
                                   synthetic_classes=int(f["--synthetic-classes"])).train.labels
