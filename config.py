@@ -250,6 +250,7 @@ def resolve(args):
     if args.gamma is not None:
         fail("--gamma is now --lr-decay (the lr factor at each milestone); Γ, the paper's number of epochs, "
              "is --epochs")
+    del args.gamma  # only there to say so
     if args.eta is not None and math.isnan(args.eta):
         fail("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.rate is not None and not 0 <= args.rate < 1:
