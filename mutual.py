@@ -21,6 +21,7 @@ every pair, and model k's objective averages what its peers teach it:
   L_k = L_selfKD(k) + 1/(M-1) sum_{j != k} [H(p_j) < chi] H(q~_j, p_k),
 which is Eqs. 5-6 when M = 2.
 """
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ def self_loss(method, logits, logp, q, q_tilde, y):
 NAMES = "abcdefghijklmnopqrstuvwxyz"  # model A is "a", B is "b", and so on for a cohort
 
 
+@functools.cache  # called every step
 def sum_names(m):
     """The names of what mutual_step adds up over an epoch for m models, in the order of its sums tensor.
 
@@ -120,8 +122,8 @@ def sum_names(m):
     """
     models = NAMES[:m]
     pairs = [f"{j}2{k}" for j in models for k in models if j != k]
-    return (["samples", "noisy", "nonfinite"] + [f"{s}_{x}" for x in models for s in ("loss", "memorized", "entropy")]
-            + [f"{s}_{pair}" for pair in pairs for s in ("selected", "clean", "clean_label")])
+    return tuple(["samples", "noisy", "nonfinite"] + [f"{s}_{x}" for x in models for s in ("loss", "memorized", "entropy")]
+                 + [f"{s}_{pair}" for pair in pairs for s in ("selected", "clean", "clean_label")])
 
 
 def mean(values):
