@@ -24,6 +24,8 @@ The presets, the paper's numbers, what each --scale adds to every run and the gr
 paper_tables.py.
 """
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
@@ -32,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 from paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
 
@@ -270,6 +273,16 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
     return "\n".join(lines)
 
 
+def check_flags(todo):
+    """Every run's train.py flags, those after -- included, through train.py's own checks (config.resolve):
+    one that train.py would refuse ends the sweep now with train.py's one-line error, exit 2."""
+    import config  # imports torch: only here, so the tables' tests need none
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what resolve tells a run (its scaled milestones) each run tells again
+        for job in todo:
+            config.resolve(config.get_args(job["argv"]))
+
+
 def hardware(argv, gpus, jobs):
     import torch  # only here: --dry-run and the tests of the tables need no torch
     cpu = "--device" in argv and argv[argv.index("--device") + 1] == "cpu"
@@ -305,9 +318,14 @@ def main(argv=None):
     except ValueError as e:  # one line, before anything is written
         print(f"sweep.py: error: {e}", file=sys.stderr)
         return 2
+    check_flags(todo)  # a flag train.py would refuse stops the sweep here, in one line, before any run starts
     if args.dry_run:
-        for job in todo:
-            print(shlex.join(["python", "train.py", *job["argv"]]))
+        try:
+            for job in todo:
+                print(shlex.join(["python", "train.py", *job["argv"]]))
+            sys.stdout.flush()
+        except BrokenPipeError:  # | head: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     try:
         failed = run_jobs(todo, args.gpus, args.jobs)

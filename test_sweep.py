@@ -161,6 +161,14 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
         assert not (tmp_path / scale).exists()
 
 
+
+def test_flags_train_py_would_refuse_stop_the_sweep_before_any_run(tmp_path):
+    out = tmp_path / "sweeps"
+    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "1", "--out", str(out), "--", "--rate", "1.5")
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert res.stderr.strip() == "train.py: error: --rate must be in [0, 1), got 1.5"
+    assert not out.exists()  # nothing started, nothing written
+
 @pytest.mark.parametrize("scale,flags", [("demo", paper_tables.DEMO_FLAGS), ("benign", paper_tables.BENIGN_FLAGS)])
 def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale, flags):
     res = cli("sweep.py", "table1", "--scale", scale, "--seeds", "3", "--dry-run")
