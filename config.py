@@ -198,7 +198,8 @@ def get_args(argv):
     g.add_argument("--compile", action="store_true", help="torch.compile both models")
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="DataLoader workers for datasets read from disk")
-    g.add_argument("--out", help="run directory (default runs/<dataset>-<noise><rate>-<mode>-<lc>-<arch>-s<seed>)")
+    g.add_argument("--out", help="run directory (default runs/<dataset>-<noise><rate>-<mode>[-eta<η>][-b<b>]-<lc>-<arch>"
+                                 "-s<seed>)")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     g.add_argument("--log-every", type=int, default=0,
                    help="progress line every N steps (0: on a terminal, one line updated in place about twice a "
@@ -225,6 +226,7 @@ LIMITS = {
     "tfkd_t": (lambda v: 0 < v < math.inf, "a positive temperature"),
     "kdcl_t": (lambda v: 0 < v < math.inf, "a positive temperature"),
     "synthetic_difficulty": (lambda v: 0 <= v < math.inf, "at least 0"),
+    "synthetic_shift": (lambda v: v >= 0, "at least 0 pixels"),
 }
 FINITE = ("b", "proselflc_b", "proselflc_transit", "mylc_b1", "mylc_rho", "tfkd_multiplier", "kdcl_lambda")
 
@@ -241,6 +243,12 @@ def check_values(args):
     if any(m < 1 for m in args.milestones):
         fail(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr changes, "
              f"so at least 1")
+    if any(a >= b for a, b in zip(args.milestones, args.milestones[1:])):
+        fail(f"--milestones {','.join(map(str, args.milestones))}: give them in increasing order, each once "
+             f"(a repeated one would apply --lr-decay twice)")
+    if args.noise == "pair" and args.rate >= 0.5:
+        fail(f"--noise pair --rate {args.rate}: at 0.5 or more the flipped class is the majority label of its "
+             f"class, so nothing tells the true one apart; use a rate below 0.5")
 
 
 def resolve(args):
@@ -265,6 +273,7 @@ def resolve(args):
                  "use zero/all/static/progressive for those")
         args.lc = "ce"
     eta, b = MODES[args.mode]
+    own_threshold = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
     args.lc = args.lc or "mylc"
@@ -297,9 +306,11 @@ def resolve(args):
             fail(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or one NAME per model from "
                  f"{', '.join(models.ARCHS)}")
     archs = archs * (args.peers // len(archs))
+    if args.pretrained and any(a != "resnet50_imagenet" for a in archs):
+        fail(f"--pretrained loads ImageNet weights into resnet50_imagenet only, not {args.arch}; drop --pretrained")
     args.arch = ",".join(archs)
     if args.pretrained is None:
-        args.pretrained = args.dataset == "food101" and archs[0] == "resnet50_imagenet"
+        args.pretrained = args.dataset == "food101" and all(a == "resnet50_imagenet" for a in archs)
     row = preset(args.dataset, archs[0])
     epochs_only = args.epochs is not None and args.milestones is None
     for k, v in row.items():
@@ -322,5 +333,6 @@ def resolve(args):
         tag += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
         arch_tag = archs[0] if len(set(archs)) == 1 else "+".join(archs)
         arch_tag += "" if args.peers == 2 else f"-x{args.peers}"  # a cohort
-        args.out = os.path.join("runs", f"{args.dataset}-{tag}-{args.mode}-{args.lc}-{arch_tag}-s{args.seed}")
+        args.out = os.path.join("runs", f"{args.dataset}-{tag}-{args.mode}{own_threshold}-{args.lc}-{arch_tag}"
+                                        f"-s{args.seed}")  # --eta and --b, when given, name the run too
     return args

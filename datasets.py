@@ -17,6 +17,7 @@ synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFA
 noise.py), real-noisy for food101 and webvision.
 How batches are drawn and augmented is batches.py.
 """
+import contextlib
 import json
 import os
 import pickle
@@ -157,8 +158,9 @@ def _cifar(name, data_dir, image_size, download):
         if not download:
             raise DataError(f"{name} folder {folder} not found and download is off; {how}")
         try:
-            for train in (True, False):
-                getattr(torchvision.datasets, c.torchvision)(data_dir, train=train, download=True)
+            with _tidy_after_failure(data_dir):
+                for train in (True, False):
+                    getattr(torchvision.datasets, c.torchvision)(data_dir, train=train, download=True)
         except Exception as err:
             raise DataError(f"{name} folder {folder} not found and the download failed "
                             f"({first_line(err)}); {how}") from err
@@ -184,6 +186,23 @@ def _cifar(name, data_dir, image_size, download):
         x = np.concatenate(xs)
         splits[split] = TensorImages(torch.from_numpy(x.reshape(-1, 3, 32, 32)), np.concatenate(ys))
     return Data(splits["train"], {"test": splits["test"]}, k, c.mean, c.std)
+
+
+@contextlib.contextmanager
+def _tidy_after_failure(data_dir):
+    """A download that fails leaves no trace: remove the folders torchvision made for it while they are empty."""
+    made = []
+    path = os.path.abspath(data_dir)
+    while not os.path.exists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    try:
+        yield
+    except BaseException:
+        for path in made:  # deepest first
+            if os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
+        raise
 
 
 def _unpickle(path, keys, archive):
@@ -214,7 +233,8 @@ def _food101(data_dir, size, download):
         if not download:
             raise DataError(f"Food-101 folders {meta} and {images} not found and download is off; {how}")
         try:  # torchvision's downloader (5 GB, md5-checked)
-            torchvision.datasets.Food101(data_dir, split="train", download=True)
+            with _tidy_after_failure(data_dir):
+                torchvision.datasets.Food101(data_dir, split="train", download=True)
         except Exception as err:
             raise DataError(f"Food-101 not found at {root} and the download failed "
                             f"({first_line(err)}); {how}") from err

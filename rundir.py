@@ -42,9 +42,11 @@ import torch
 
 from mutual import NAMES
 
-# Settings that may differ between a run and its resumption: they change how it runs, not what it computes.
-RUN_CONTROL = ("device", "workers", "out", "resume", "compile", "amp", "channels_last", "log_every", "data_dir",
-               "check_images", "tensorboard", "provenance")
+# Settings that may differ between a run and its resumption. RUN_CONTROL changes how it runs, not what it
+# computes. ARITHMETIC lets a run move to another machine, but changes the floating-point arithmetic, so the
+# resumed epochs are not bit-identical to an uninterrupted run: train.py says so and config.json records it.
+RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "check_images", "tensorboard", "provenance")
+ARITHMETIC = ("device", "compile", "amp", "channels_last")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -109,7 +111,7 @@ def _writable_ancestor(out):
 
 
 def _same_settings(saved, config, path):
-    diff = sorted(k for k in config if k not in RUN_CONTROL and saved.get(k) != config[k])
+    diff = sorted(k for k in config if k not in RUN_CONTROL + ARITHMETIC and saved.get(k) != config[k])
     if diff:
         raise RunError(f"cannot resume: {path} was written with different settings ({', '.join(diff)}); "
                        f"rerun with the same flags or another --out")
@@ -315,12 +317,20 @@ def last_metrics(out):
         return json.loads(f.readlines()[-1])
 
 
-def record_start(out, config, resumed):
-    """config.json: written when a run starts; each resumption adds its provenance to the list "resumed"."""
+def arithmetic_changes(ckpt, config):
+    """The ARITHMETIC settings a resumed run changes, {name: [the checkpoint's, now]}; {} for a fresh run."""
+    saved = ckpt["config"] if ckpt is not None else {}
+    return {k: [saved[k], config[k]] for k in ARITHMETIC if k in saved and saved[k] != config[k]}
+
+
+def record_start(out, config, resumed, changed=None):
+    """config.json: written when a run starts; each resumption adds its provenance to the list "resumed",
+    with the ARITHMETIC settings it changed (`changed`, from arithmetic_changes) when there are any."""
     path = os.path.join(out, "config.json")
     if resumed and os.path.exists(path):
         saved = read_json(out, "config.json")
-        saved["resumed"] = saved.get("resumed", []) + [config["provenance"]]
+        saved["resumed"] = saved.get("resumed", []) + [dict(config["provenance"], **({"changed": changed} if changed
+                                                                                       else {}))]
         config = saved
     write_json(out, "config.json", config)
 

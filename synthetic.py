@@ -29,8 +29,8 @@ def make_synthetic(n_train, n_test, k, difficulty, seed, size=32, shift=4, band=
     """
     if min(n_train, n_test) < 1 or k < 2 or n_train < k or difficulty < 0 or size < 8 or shift < 0:
         raise ValueError(f"synthetic data needs >= 2 classes, >= 1 train image per class, >= 1 test image, "
-                        f"difficulty >= 0 and image size >= 8; got {n_train} train, {n_test} test, {k} classes, "
-                        f"difficulty {difficulty}, size {size}")
+                         f"difficulty >= 0, image size >= 8 and shift >= 0; got {n_train} train, {n_test} test, "
+                         f"{k} classes, difficulty {difficulty}, size {size}, shift {shift}")
     band = min(band, size // 2 - 1)  # below the Nyquist frequency
     r_class, r_train, r_test = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
     fy = np.fft.fftfreq(size, 1 / size)[:, None]  # (size, 1) cycles per image

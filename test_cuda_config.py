@@ -135,8 +135,8 @@ def test_channels_last_flag_sets_models_and_batches(tmp_path, monkeypatch, devic
 
 
 def test_a_run_resumes_in_the_other_memory_format(tmp_path, monkeypatch):
-    # channels_last is a layout, not a setting of the method (rundir.RUN_CONTROL): load_state_dict copies the
-    # saved values into the new layout, and SGD's momentum update is elementwise, so a checkpoint written in
+    # channels_last is a layout, not a setting of the method (rundir.ARITHMETIC: a run may resume in the other
+    # layout, and says so): load_state_dict copies the saved values into the new layout, and SGD's momentum update is elementwise, so a checkpoint written in
     # one format continues in the other from exactly the saved state.
     flags = TINY + ["--epochs", "2"]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")

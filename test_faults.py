@@ -61,7 +61,15 @@ def snapshot(out):
     (["--lr-decay", "-0.1"], "--lr-decay -0.1"), (["--subset", "0"], "--subset 0"),
     (["--workers", "-1"], "--workers -1"), (["--log-every", "-1"], "--log-every -1"),
     (["--lr", "nan"], "--lr nan"), (["--milestones", "0,3"], "--milestones 0,3"),
-    (["--arch", "cnn,cnn,cnn"], "1 architecture or one per model (--peers 2), got 3"), (["--arch", "cnn,vgg"], "unknown architecture 'vgg'"),
+    (["--arch", "cnn,cnn,cnn"], "1 architecture or one per model (--peers 2), got 3"),
+    (["--arch", "cnn,vgg"], "unknown architecture 'vgg'"),
+    (["--milestones", "2,2"], "--milestones 2,2: give them in increasing order"),
+    (["--noise", "pair", "--rate", "0.5"], "--noise pair --rate 0.5: at 0.5 or more"),
+    (["--synthetic-shift", "-1"], "--synthetic-shift -1: must be at least 0 pixels"),
+    (["--pretrained"], "--pretrained loads ImageNet weights into resnet50_imagenet only"),
+    (["--subset", "1"], "1 training sample after --subset and --val-split"),
+    (["--val-split", "0.999"], "0 training samples after --subset and --val-split"),
+    (["--arch", "inception_resnet_v2", "--batch-size", "4"], "--arch inception_resnet_v2 cannot take 32x32 images"),
 ])
 def test_a_bad_value_is_one_line_and_writes_nothing(tmp_path, capsys, flags, message):
     out = tmp_path / "run"

@@ -314,3 +314,21 @@ def test_peers_and_arch_must_agree(tmp_path, capsys, flags, message):
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_a_resume_that_changes_the_arithmetic_says_so_and_records_it(tmp_path, capsys):
+    out = str(tmp_path / "r")
+    flags = TINY + ["--epochs", "2", "--out", out]
+    train.main(flags)
+    ckpt = torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)  # back to the end of epoch 1
+    ckpt["epoch"] = 1
+    torch.save(ckpt, os.path.join(out, "checkpoint.pt"))
+    os.remove(os.path.join(out, "summary.json"))
+    capsys.readouterr()
+    train.main(flags + ["--resume", "--amp", "bf16"])  # may move to other arithmetic, but is told so
+    err = capsys.readouterr().err
+    assert "warning: resuming with amp bf16 (before: off)" in err and "will not equal an uninterrupted run" in err
+    resumed = json.load(open(os.path.join(out, "config.json")))["resumed"]
+    assert resumed[-1]["changed"] == {"amp": ["off", "bf16"]}
+    train.main(flags + ["--resume"])  # finished: nothing changes, nothing to warn about
+    assert "warning" not in capsys.readouterr().err

@@ -110,6 +110,23 @@ def build_models(args, num_classes, device, channels_last):
     return nets, opts, scheds, fmt
 
 
+@torch.no_grad()
+def check_input_size(nets, archs, train, device, fmt):
+    """Each model takes the training images' size: one forward pass of two blank images, in eval mode (no
+    state changes, no random numbers), so that a network too deep for small images fails here, in one
+    line, and not after the run's first files are written."""
+    size = tuple(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else (3, train.size, train.size)
+    x = torch.zeros(2, *size, device=device).contiguous(memory_format=fmt)
+    for net, arch in zip(nets, archs):
+        net.eval()
+        try:
+            net(x)
+        except RuntimeError as e:
+            fail(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]}); "
+                 f"choose an arch for this size, or --image-size")
+        net.train()
+
+
 def check_files(args, train, tests, log):
     """--check-images: decode every image read from files now, and list all that fail."""
     files = [ds for ds in (train, *tests.values()) if isinstance(ds, datasets.FileImages)]
@@ -150,13 +167,23 @@ def main(argv=None):
     if args.resume and ckpt is None:
         print(f"train.py: note: {args.out} has no checkpoint yet (it stopped in its first epoch); "
               f"starting it again from epoch 1", file=sys.stderr)
+    changed = rundir.arithmetic_changes(ckpt, config)
+    if changed and rank == 0:
+        print("train.py: warning: resuming with " + ", ".join(f"{k} {now} (before: {was})" for k, (was, now) in
+                                                               changed.items()) +
+              "; the arithmetic differs, so the results will not equal an uninterrupted run's (config.json records "
+              "it)", file=sys.stderr)
 
     d, train, tests, noisy = data_and_labels(args, ckpt, log)
     k, clean = d.num_classes, train.labels
+    if len(clean) < 2 * world:  # BatchNorm needs 2 samples a process, so no batch could be made
+        fail(f"{len(clean)} training sample{'s' if len(clean) != 1 else ''} after --subset and --val-split: each of "
+             f"the {world} process{'es' if world > 1 else ''} needs at least 2; keep more samples")
     known_clean = args.noise != "none"  # clean labels known: precision and memorisation can be measured
     log(f"data: {args.dataset} train {len(clean)} ({k} classes, realised noise {np.mean(noisy != clean):.3f}) "
         + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     nets, opts, scheds, fmt = build_models(args, k, device, channels_last)
+    check_input_size(nets, args.arch.split(","), train, device, fmt)
     start_epoch, r = 0, [torch.zeros((), device=device) for _ in nets]  # MyLC's r of each model: 0 in epoch 0
     if ckpt is not None:
         start_epoch, r = rundir.restore(ckpt, nets, opts, scheds, device)
@@ -182,7 +209,7 @@ def main(argv=None):
     try:
         if rank == 0:  # every input is valid: from here on the run writes into --out
             os.makedirs(args.out, exist_ok=True)
-            rundir.record_start(args.out, config, resumed=args.resume)
+            rundir.record_start(args.out, config, resumed=args.resume, changed=changed)
             if ckpt is None:
                 np.save(os.path.join(args.out, "noisy_labels.npy"), noisy)
             rundir.trim_metrics(args.out, start_epoch)
