@@ -3,15 +3,18 @@
     python plot.py runs/RUN_A runs/RUN_B --out plots    # compare runs epoch by epoch
     python plot.py sweeps/fig3-demo                     # Fig. 3: final accuracy against b
 
-accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run
+accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run; a
+                    cohort adds C dotted, D dash-dot, ...
 chi.png          -- the selection threshold chi of Eq. 7 at the end of each epoch
-selection.png    -- fraction of samples whose peer target was distilled (b2a solid, a2b dashed); its
-                    precision, the fraction of those targets whose argmax is the clean label; its recall,
-                    the fraction of clean-labelled samples that passed chi
+selection.png    -- fraction of samples whose peer target was distilled (b2a solid, a2b dashed; for a
+                    cohort the mean over its N(N-1) pairs); its precision, the fraction of those
+                    targets whose argmax is the clean label; its recall, the fraction of
+                    clean-labelled samples that passed chi
 memorization.png -- fraction of noisy-labelled samples the model predicts as their wrong given label
-entropy.png      -- per run (entropy-<run>.png for several): histograms of H(p) over the training samples
-                    at a few epochs, clean given labels and noisy ones overlaid, chi as a vertical line;
-                    what passes chi (left of the line) is what the model teaches its peer
+entropy.png      -- per run (entropy-<run>.png for several, with parent folders when names collide):
+                    histograms of H(p) over the training samples at a few epochs, a row per model,
+                    clean given labels and noisy ones overlaid, chi as a vertical line; what passes
+                    chi (left of the line) is what the model teaches its peer
 b_sweep.png      -- a sweep directory (run folders with summary.json): final test_acc_mean against b,
                     one line per noise rate or eta, error bars = sample std over seeds; two panels
                     like Fig. 3 when both the rate and eta vary
@@ -73,20 +76,74 @@ def labels(configs, dirs, always=("mode", "lc", "noise", "seed")):
     return names
 
 
-def curves(ax, runs, names, keys, ylabel):
-    """One colour per run; the first key solid, the second dashed. Skips runs that logged None."""
+STYLES = ("-", "--", ":", "-.")  # model A, B, C, D (then again); for pairs b2a, a2b
+STYLE_NAMES = ("solid", "dashed", "dotted", "dash-dot")
+
+
+def models_of(run):
+    """The run's model letters, a and b for a pair, a, b, c, ... for a cohort (from the logged test_acc_*)."""
+    row = run["rows"][0] if run["rows"] else {}
+    return [m for m in "abcdefghijklmnopqrstuvwxyz" if f"test_acc_{m}" in row]
+
+
+def series(run, kind):
+    """[(legend suffix, line style, [(epoch, value)])] of one logged quantity of one run.
+
+    Per model (test_acc, memorized): one line per model. Per pair (selected, precision, recall): b2a solid and
+    a2b dashed for a pair; for a cohort, whose N(N-1) pairs would be unreadable, their mean. Others (chi): one line.
+    Epochs that logged None (precision when nothing was selected) are left out.
+    """
+    models, rows = models_of(run), run["rows"]
+    if kind in ("test_acc", "memorized"):
+        keys = [(f"{kind}_{m}", m.upper(), STYLES[i % len(STYLES)]) for i, m in enumerate(models)]
+    elif kind in ("selected", "precision", "recall") and len(models) <= 2:
+        keys = [(f"{kind}_b2a", "b2a", "-"), (f"{kind}_a2b", "a2b", "--")]
+    elif kind in ("selected", "precision", "recall"):
+        pairs = [f"{kind}_{src}2{dst}" for dst in models for src in models if src != dst]
+        pts = []
+        for r in rows:
+            v = [r[k] for k in pairs if r.get(k) is not None]
+            if v:
+                pts.append((r["epoch"], sum(v) / len(v)))
+        return [(f"mean of {len(pairs)} pairs", "-", pts)]
+    else:
+        keys = [(kind, "", "-")]
+    return [(label, style, [(r["epoch"], r[k]) for r in rows if r.get(k) is not None]) for k, label, style in keys]
+
+
+def curves(ax, runs, names, kind, ylabel):
+    """One colour per run, one line style per model (or pair direction): see series."""
     for i, (run, name) in enumerate(zip(runs, names)):
-        for key, style in zip(keys, ("-", "--")):
-            pts = [(r["epoch"], r[key]) for r in run["rows"] if r.get(key) is not None]
+        for label, style, pts in series(run, kind):
             if pts:  # a single point needs a marker to be seen
                 ax.plot(*zip(*pts), style, marker="o" if len(pts) == 1 else None, color=f"C{i % 10}",
-                        label=f"{name} {key.rsplit('_', 1)[-1]}")
+                        label=f"{name} {label}".strip())
     ax.set_xlabel("epoch")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)
+
+
+def style_key(runs):
+    """"A solid, B dashed" (and C dotted, ... when a run is a cohort) for the per-model titles."""
+    n = max([len(models_of(r)) for r in runs] + [2])
+    return ", ".join(f"{'ABCDEFGHIJKLMNOPQRSTUVWXYZ'[i]} {STYLE_NAMES[i % len(STYLE_NAMES)]}" for i in range(n))
+
+
+def unique_names(dirs):
+    """File-name tags for run folders: the folder's name, with parent folders added while two tags collide."""
+    parts = [os.path.normpath(os.path.abspath(d)).split(os.sep) for d in dirs]
+    depth = [1] * len(dirs)
+    while True:
+        tags = ["-".join(p[-k:]).strip("-") for p, k in zip(parts, depth)]
+        clash = [i for i, t in enumerate(tags) if tags.count(t) > 1 and depth[i] < len(parts[i])]
+        if not clash:
+            break
+        for i in clash:
+            depth[i] += 1
+    return [f"{t}-{i}" if tags.count(t) > 1 else t for i, t in enumerate(tags)]  # one folder given twice
 
 
 def save(plt, fig, path):
@@ -100,27 +157,29 @@ def save(plt, fig, path):
 def plot_runs(plt, runs, out, hist_epochs=None):
     """accuracy, chi, selection and memorization plots for runs read by load_run, and their entropy plots."""
     names = labels([r["config"] for r in runs], [r["dir"] for r in runs])
-    written = []
-    for fname, keys, ylabel in (("accuracy.png", ("test_acc_a", "test_acc_b"), "test accuracy (%)"),
-                                ("chi.png", ("chi",), "chi (Eq. 7)"),
-                                ("memorization.png", ("memorized_a", "memorized_b"),
-                                 "noisy samples fitted to their wrong label")):
+    written, key = [], style_key(runs)
+    for fname, kind, ylabel, title in (("accuracy.png", "test_acc", "test accuracy (%)", f"Test accuracy: {key}"),
+                                       ("chi.png", "chi", "chi (Eq. 7)", "Selection threshold chi"),
+                                       ("memorization.png", "memorized", "noisy samples fitted to their wrong label",
+                                        f"Memorisation: {key}")):
         fig, ax = plt.subplots(figsize=FIGSIZE)
-        curves(ax, runs, names, keys, ylabel)
-        ax.set_title({"accuracy.png": "Test accuracy: A solid, B dashed", "chi.png": "Selection threshold chi",
-                      "memorization.png": "Memorisation: A solid, B dashed"}[fname])
+        curves(ax, runs, names, kind, ylabel)
+        ax.set_title(title)
         written.append(save(plt, fig, os.path.join(out, fname)))
     fig, axes = plt.subplots(1, 3, figsize=(3 * FIGSIZE[0], FIGSIZE[1]))
-    curves(axes[0], runs, names, ("selected_b2a", "selected_a2b"), "fraction of samples distilled")
-    curves(axes[1], runs, names, ("precision_b2a", "precision_a2b"), "precision of distilled targets")
-    curves(axes[2], runs, names, ("recall_b2a", "recall_a2b"), "recall of clean-labelled samples")
-    axes[0].set_title("Selected: B->A solid, A->B dashed")
+    curves(axes[0], runs, names, "selected", "fraction of samples distilled")
+    curves(axes[1], runs, names, "precision", "precision of distilled targets")
+    curves(axes[2], runs, names, "recall", "recall of clean-labelled samples")
+    pairs = "B->A solid, A->B dashed" + (" (cohorts: mean over pairs)" if any(len(models_of(r)) > 2 for r in runs)
+                                         else "")
+    axes[0].set_title(f"Selected: {pairs}", fontsize=10)
     axes[1].set_title("Precision: argmax of target = clean label")
     axes[2].set_title("Recall: clean-labelled samples that passed chi")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))
     with_hist = [(run, name) for run, name in zip(runs, names) if os.path.exists(os.path.join(run["dir"], HIST))]
-    for run, name in with_hist:
-        fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{os.path.basename(os.path.normpath(run['dir']))}.png"
+    tags = unique_names([run["dir"] for run, _ in with_hist])
+    for (run, name), tag in zip(with_hist, tags):
+        fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{tag}.png"
         written.append(plot_entropy(plt, run["dir"], name, os.path.join(out, fname), epochs_wanted=hist_epochs))
     return written
 
@@ -142,7 +201,12 @@ def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
         h = {k: f[k] for k in f.files}
     epochs, counts, edges = h["epoch"], h["counts"], h["edges"]
     if epochs_wanted:
+        missing = sorted(set(epochs_wanted) - set(epochs.tolist()))
         picks = [i for i, e in enumerate(epochs) if e in set(epochs_wanted)] or [len(epochs) - 1]
+        if missing:
+            print(f"plot.py: warning: {run_dir} logged epochs {epochs[0]}-{epochs[-1]}, not "
+                  f"{','.join(map(str, missing))}; {path} shows {','.join(str(epochs[i]) for i in picks)}",
+                  file=sys.stderr)
     else:
         picks = sorted(set(np.geomspace(1, len(epochs), min(panels, len(epochs))).round().astype(int) - 1))
     models = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:counts.shape[1]]  # a row per model: A and B, or a cohort
@@ -227,27 +291,45 @@ def plot_sweep(plt, sweep_dir, path):
     return save(plt, fig, path)
 
 
+def epoch_list(text):
+    """--hist-epochs: comma-separated epoch numbers, 1 or more."""
+    try:
+        epochs = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of epochs, e.g. 1,3,5,10,40")
+    if not epochs or min(epochs) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give epochs numbered from 1, e.g. 1,3,5,10,40")
+    return epochs
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="train.py run folders, or sweep.py sweep folders")
     p.add_argument("--out", help="output folder (default: the RUN_DIR when one is given, else plots/)")
-    p.add_argument("--hist-epochs", type=lambda s: [int(v) for v in s.split(",") if v],
+    p.add_argument("--hist-epochs", type=epoch_list,
                    help="epochs shown by entropy.png, e.g. 1,3,5,10,40 (default: six, spaced geometrically)")
     args = p.parse_args(argv)
     runs, sweeps = [], []
-    for d in args.dirs:
+    for d in args.dirs:  # every folder is read before the first file is written
         if os.path.exists(os.path.join(d, "metrics.jsonl")):
-            runs.append(d)
+            try:
+                runs.append(load_run(d))
+            except (OSError, ValueError) as e:  # no config.json, or a file that is not JSON lines
+                print(f"plot.py: error: {d} cannot be read as a train.py run ({e}); give a run folder "
+                      f"train.py wrote", file=sys.stderr)
+                return 2
         elif os.path.isdir(d) and any(os.path.exists(os.path.join(d, n, "summary.json")) for n in os.listdir(d)):
             sweeps.append(d)
         else:
-            sys.exit(f"plot.py: error: {d} holds neither metrics.jsonl nor run folders with summary.json")
+            print(f"plot.py: error: {d} holds neither metrics.jsonl (a train.py run) nor run folders with "
+                  f"summary.json (a sweep); check the path", file=sys.stderr)
+            return 2
     plt = pyplot()
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else "plots")
     os.makedirs(out, exist_ok=True)
-    written = plot_runs(plt, [load_run(d) for d in runs], out, args.hist_epochs) if runs else []
-    for d in sweeps:
-        name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{os.path.basename(os.path.normpath(d))}.png"
+    written = plot_runs(plt, runs, out, args.hist_epochs) if runs else []
+    for d, tag in zip(sweeps, unique_names(sweeps)):
+        name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{tag}.png"
         written += [w for w in [plot_sweep(plt, d, os.path.join(out, name))] if w]
     return 0 if written else 1
 

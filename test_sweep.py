@@ -203,9 +203,10 @@ def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_d
         assert (counts[:, :, 1].sum(-1) == (noisy != clean).sum()).all() and (noisy != clean).sum() > 0
     pytest.importorskip("matplotlib")
     run = os.path.join(out, "demo-smoke", "zero-mylc-sym40-s0")
-    res = cli("plot.py", run, "--out", str(tmp_path / "png"))
+    res = cli("plot.py", run, "--out", str(tmp_path / "png"), "--hist-epochs", "1,99")
     assert res.returncode == 0, res.stderr
     assert os.path.getsize(tmp_path / "png" / "entropy.png") > 1000
+    assert "not 99;" in res.stderr and res.stderr.strip().endswith("shows 1")  # the run logged 1 epoch: says so
 
 
 def fake_run(d, config, n_epochs=3):
@@ -253,3 +254,51 @@ def test_plot_without_matplotlib_is_one_line_and_fails(tmp_path):
     assert res.returncode != 0
     assert len(res.stderr.strip().splitlines()) == 1 and "pip install matplotlib" in res.stderr
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_plot_of_a_cohort_has_a_line_per_model_and_the_mean_over_pairs(tmp_path):
+    d = str(tmp_path / "cohort")
+    fake_run(d, dict(arch="cnn,cnn,cnn"))
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    pairs = [f"{s}2{t}" for t in "abc" for s in "abc" if s != t]
+    for r in rows:
+        r.update({"test_acc_c": 30.0, "memorized_c": 0.3})
+        r.update({f"selected_{p}": 0.1 * i for i, p in enumerate(pairs)})
+        r.update({f"precision_{p}": None if p == "b2c" else 1.0 for p in pairs})
+    write(os.path.join(d, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+    run = plot.load_run(d)
+    assert plot.models_of(run) == ["a", "b", "c"]
+    acc = plot.series(run, "test_acc")
+    assert [(label, style) for label, style, _ in acc] == [("A", "-"), ("B", "--"), ("C", ":")]
+    assert acc[2][2] == [(1, 30.0), (2, 30.0), (3, 30.0)]
+    (label, _, pts), = plot.series(run, "selected")
+    assert label == "mean of 6 pairs" and all(math.isclose(v, 0.25) for _, v in pts)  # mean of 0, .1, ..., .5
+    (_, _, pts), = plot.series(run, "precision")
+    assert all(v == 1.0 for _, v in pts)  # a pair that logged None (nothing selected) is left out of the mean
+    fake_run(str(tmp_path / "pair"), {})
+    pair = plot.load_run(str(tmp_path / "pair"))
+    assert [(lb, st) for lb, st, _ in plot.series(pair, "selected")] == [("b2a", "-"), ("a2b", "--")]
+    assert plot.series(pair, "precision")[1][2] == []  # a2b logged None every epoch: no line
+
+
+def test_entropy_plots_of_runs_with_the_same_folder_name_do_not_overwrite_each_other(tmp_path):
+    assert plot.unique_names(["sweeps/x/run-s0", "sweeps/y/run-s0", "other"]) == ["x-run-s0", "y-run-s0", "other"]
+    assert plot.unique_names(["a", "b"]) == ["a", "b"]
+    a, b = plot.unique_names(["same", "same"])
+    assert a != b
+
+
+def test_plot_refuses_bad_input_in_one_line_before_writing(tmp_path):
+    fake_run(str(tmp_path / "run"), {})
+    out = tmp_path / "png"
+    for args, why in (([str(tmp_path / "nowhere")], "holds neither metrics.jsonl"),
+                      ([str(tmp_path / "run"), "--hist-epochs", "1,x"], "not a comma-separated list of epochs"),
+                      ([str(tmp_path / "run"), "--hist-epochs", "0,3"], "numbered from 1")):
+        res = cli("plot.py", *args, "--out", str(out))
+        assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert not out.exists()
+    write(str(tmp_path / "run" / "config.json"), "{not json")
+    res = cli("plot.py", str(tmp_path / "run"), "--out", str(out))
+    assert res.returncode == 2 and "cannot be read as a train.py run" in res.stderr and not out.exists()
+    assert len(res.stderr.strip().splitlines()) == 1
