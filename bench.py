@@ -266,7 +266,8 @@ def main(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--arch", default="cnn", help="NAME or NAME_A,NAME_B (models.ARCHS)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--amp", choices=("bf16", "off"), help="for step_ratio (default: bf16 on CUDA, off on CPU)")
+    p.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto",
+                   help="for step_ratio; auto: bf16 on CUDA, off on CPU")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--num-classes", type=int, default=100)
     p.add_argument("--image-size", type=int, default=32)
@@ -291,7 +292,8 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but torch sees no CUDA device")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
-    args.amp = args.amp or ("bf16" if device.type == "cuda" else "off")
+    if args.amp == "auto":
+        args.amp = "bf16" if device.type == "cuda" else "off"
     skip = set(args.skip.split(","))
     info = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 torch=torch.__version__, threads=torch.get_num_threads(), arch=args.arch,

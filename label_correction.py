@@ -75,6 +75,8 @@ def proselflc(q, p, progress, b, transit=0.5, h=None):
     q, p: (N, K); p is the model's own prediction on the same batch (no gradient,
     as in the authors' code). progress = t/Gamma in [0, 1], t fractional.
     h: optional (N,) precomputed H(p), to avoid computing it twice.
+    transit=0.5 is ProSelfLC's paper value; train.py passes --proselflc-transit, 0.3 by default (one
+    recorded setting of the authors' code, see docs/paper-notes.md).
     Returns q_tilde (N, K), rows summing to 1.
     """
     eps = logistic(progress - transit, b) * _trust(p, h)  # (N, 1)
