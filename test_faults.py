@@ -337,7 +337,7 @@ def test_a_one_epoch_curve_is_drawn_with_a_marker():
     fig, ax = plt.subplots()
     runs = [dict(rows=[dict(epoch=1, test_acc_a=40.0, test_acc_b=41.0)]),
             dict(rows=[dict(epoch=1, test_acc_a=40.0, test_acc_b=41.0), dict(epoch=2, test_acc_a=45.0, test_acc_b=46.0)])]
-    plot.curves(ax, runs, ["one", "two"], ("test_acc_a", "test_acc_b"), "acc")
+    plot.curves(ax, runs, ["one", "two"], "test_acc", "acc")
     assert [line.get_marker() for line in ax.lines] == ["o", "o", "None", "None"]
     plt.close(fig)
 
