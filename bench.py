@@ -22,6 +22,7 @@ synchronised only around each timed region.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -261,6 +262,13 @@ def throughput_figures(args, device, configs=None):
     return out
 
 
+def check_json_path(p, path):
+    """--json is checked before anything is timed, so that a long measurement is never lost at the end."""
+    parent = os.path.dirname(os.path.abspath(path)) if path else None
+    if path and (os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK)):
+        p.error(f"--json {path}: cannot write a file there; give a file path in an existing folder")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -289,6 +297,14 @@ def main(argv=None):
     for a in args.arch.split(","):
         if a not in models.ARCHS:
             p.error(f"unknown architecture '{a}'; choose from {', '.join(models.ARCHS)}")
+    for flag, least in (("batch_size", 1), ("num_classes", 2), ("image_size", 8), ("images", 1), ("epochs", 1),
+                        ("workers", 0), ("warmup", 0), ("repeats", 1), ("rounds", 1)):
+        if getattr(args, flag) < least:
+            p.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least {least}")
+    unknown = set(filter(None, args.skip.split(","))) - {"loss", "step", "throughput"}
+    if unknown:
+        p.error(f"unknown figure(s) {', '.join(sorted(unknown))} in --skip; choose from loss, step, throughput")
+    check_json_path(p, args.json)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but torch sees no CUDA device")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")

@@ -111,6 +111,19 @@ def ints(text):
 
 
 def get_args(argv):
+    return parser().parse_args(argv)
+
+
+def given(argv):
+    """The dests of the flags argv sets (abbreviations resolved): how sweep.py tells which flags after -- would
+    override the ones its grid sets."""
+    p = parser()
+    for action in p._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(p.parse_args(argv)))
+
+
+def parser():
     p = Parser(description=__doc__.split("\n")[0], formatter_class=Help, epilog=presets_help())
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
@@ -149,7 +162,7 @@ def get_args(argv):
                    help="knowledge selection: zero (η=inf), all (η=1), static CMD-S (η=4, b=0), "
                         "progressive CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = KDCL-MinLogit")
     g.add_argument("--eta", type=float, help="η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero knowledge, "
-                                             "(0, 1]: all (default per --mode)")
+                                             "(0, 1] with b = 0: all (default per --mode)")
     g.add_argument("--b", type=float, help="b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls (default per --mode)")
     g.add_argument("--lc", choices=LCS, help="self label correction q~ of each model (default mylc; ce for mkd/kdcl)")
     g.add_argument("--ls-eps", type=float, default=0.25, help="LS ε in q~ = (1 - ε) q + ε u")
@@ -207,16 +220,18 @@ def get_args(argv):
     g.add_argument("--tensorboard", action="store_true",
                    help="also write each epoch's metrics as TensorBoard scalars to --out/tensorboard (needs the "
                         "tensorboard package; metrics.jsonl stays the record)")
-    return p.parse_args(argv)
+    return p
 
 
+F32 = 3.4028234663852886e38  # the largest float32: the optimiser applies lr and weight decay in the parameters' dtype
 # Each numeric flag's allowed values, checked once every flag has its value and before anything is
 # read or written: {flag dest: (test, what the flag must be)}. NaN fails every test.
 LIMITS = {
     "epochs": (lambda v: v >= 1, "at least 1"), "batch_size": (lambda v: v >= 1, "at least 1"),
-    "lr": (lambda v: 0 < v < math.inf, "a positive number"),
-    "lr_decay": (lambda v: 0 < v < math.inf, "a positive factor (0.1 divides the lr by 10)"),
-    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"), "weight_decay": (lambda v: 0 <= v < math.inf, "at least 0"),
+    "lr": (lambda v: 0 < v < F32, "a positive number that float32 holds"),
+    "lr_decay": (lambda v: 0 < v < F32, "a positive factor (0.1 divides the lr by 10)"),
+    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "weight_decay": (lambda v: 0 <= v < F32, "at least 0, and a number float32 holds"),
     "val_split": (lambda v: 0 <= v < 1, "in [0, 1)"), "subset": (lambda v: v >= 1, "at least 1"),
     "image_size": (lambda v: v >= 1, "at least 1"), "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2^32)"),
     "workers": (lambda v: v >= 0, "at least 0"), "log_every": (lambda v: v >= 0, "at least 0 (0: automatic)"),
@@ -325,7 +340,8 @@ def resolve(args):
     late = [m for m in args.milestones if m >= args.epochs]
     if late:
         warnings.warn(f"--milestones {', '.join(map(str, late))} at or after --epochs {args.epochs} never "
-                      f"apply; the lr changes only after epochs 1..{args.epochs - 1}", stacklevel=2)
+                      f"apply; " + (f"the lr changes only after epochs 1..{args.epochs - 1}" if args.epochs > 1 else
+                                    "a 1-epoch run keeps its lr"), stacklevel=2)
     if args.out is not None and not args.out.strip():
         fail("--out is empty; give the run directory, or leave --out out for runs/<name>")
     if args.out is None:

@@ -79,11 +79,13 @@ def settings(args, rest):
             config.fail(f"unknown architecture in --arch {args.arch}; choose from {', '.join(models.ARCHS)}")
         flags = vars(config.get_args(rest))  # train.py's data flags, at its defaults where not given
         return argparse.Namespace(**{**flags, **given}), list(zip(args.weights, archs * len(args.weights))), None, "auto"
+    if not os.path.isdir(args.run):
+        config.fail(f"{args.run} does not exist; check the path")
     try:
         run, info = rundir.read_json(args.run, "config.json"), rundir.read_json(args.run, "weights.json")
     except (OSError, ValueError) as e:
         config.fail(f"{args.run} holds no finished run with weights (config.json and weights.json: "
-                    f"{type(e).__name__}); train it to the end, or pass --weights FILE --arch NAME")
+                    f"{type(e).__name__}); train it to the end (--resume), or pass --weights FILE --arch NAME")
     pairs = [(os.path.join(args.run, info[f"model_{k}"]["file"]), info[f"model_{k}"]["arch"])
              for k in NAMES if f"model_{k}" in info]
     return argparse.Namespace(**{**run, **given}), pairs, info["num_classes"], run.get("amp", "auto")

@@ -96,7 +96,7 @@ def as_targets(q, logits, name="q"):
     (N,) against (N, K) into a wrong number when N == K.
     """
     n, k = logits.shape
-    if q.shape == (n,) and not q.is_floating_point() and not q.is_complex():
+    if q.shape == (n,) and not q.is_floating_point() and not q.is_complex() and q.dtype != torch.bool:
         return F.one_hot(q.long(), k).to(torch.float32)
     if q.shape == (n, k) and q.is_floating_point():
         return q

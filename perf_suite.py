@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import platform
 import statistics
@@ -360,6 +361,9 @@ def main(argv=None):
     unknown = set(filter(None, args.skip.split(","))) - set(PARTS)
     if unknown:
         p.error(f"unknown part(s) {', '.join(sorted(unknown))} in --skip; choose from {', '.join(PARTS)}")
+    if not 0 < args.budget < math.inf:
+        p.error(f"--budget {args.budget}: give the seconds the suite may take, e.g. 480")
+    bench.check_json_path(p, args.json)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     sizes = SMALL if args.small or device.type != "cuda" else FULL
     if args.child_compile:

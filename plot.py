@@ -28,11 +28,14 @@ import json
 import math
 import os
 import sys
+import zipfile
 from collections import defaultdict
 
 import numpy as np
 
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
+HIST = "entropy_hist.npz"
+HIST_KEYS = ("epoch", "counts", "edges", "known_clean", "chi_start", "chi_end")
 
 
 def pyplot():
@@ -47,11 +50,16 @@ def pyplot():
 
 
 def load_run(d):
+    """A run folder's config.json, metrics.jsonl and, when there is one, entropy_hist.npz (no pickles)."""
     with open(os.path.join(d, "config.json")) as f:
         config = json.load(f)
     with open(os.path.join(d, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return dict(dir=d, config=config, rows=rows)
+    hist = None
+    if os.path.exists(os.path.join(d, HIST)):
+        with np.load(os.path.join(d, HIST), allow_pickle=False) as f:
+            hist = {k: f[k] for k in HIST_KEYS}  # KeyError when one is missing
+    return dict(dir=d, config=config, rows=rows, hist=hist)
 
 
 def describe(config):
@@ -176,18 +184,17 @@ def plot_runs(plt, runs, out, hist_epochs=None):
     axes[1].set_title("Precision: argmax of target = clean label")
     axes[2].set_title("Recall: clean-labelled samples that passed chi")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))
-    with_hist = [(run, name) for run, name in zip(runs, names) if os.path.exists(os.path.join(run["dir"], HIST))]
+    with_hist = [(run, name) for run, name in zip(runs, names) if run["hist"] is not None]
     tags = unique_names([run["dir"] for run, _ in with_hist])
     for (run, name), tag in zip(with_hist, tags):
         fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{tag}.png"
-        written.append(plot_entropy(plt, run["dir"], name, os.path.join(out, fname), epochs_wanted=hist_epochs))
+        written.append(plot_entropy(plt, run, name, os.path.join(out, fname), epochs_wanted=hist_epochs))
     return written
 
 
-HIST = "entropy_hist.npz"
 
 
-def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
+def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
     """Small multiples of H(p) histograms: rows A and B (or each model of a cohort), columns a few epochs.
 
     The epochs are spaced geometrically (1, 2, 4, 9, 19, 40 of 40), since what decides CMD, which
@@ -197,8 +204,7 @@ def plot_entropy(plt, run_dir, name, path, panels=6, epochs_wanted=None):
     each as the fraction of that model's training samples in a bin; chi at the end of
     the epoch is a solid line, at its start a dotted one when it moved (CMD-P).
     """
-    with np.load(os.path.join(run_dir, HIST)) as f:
-        h = {k: f[k] for k in f.files}
+    h, run_dir = run["hist"], run["dir"]
     epochs, counts, edges = h["epoch"], h["counts"], h["edges"]
     if epochs_wanted:
         missing = sorted(set(epochs_wanted) - set(epochs.tolist()))
@@ -314,23 +320,32 @@ def main(argv=None):
         if os.path.exists(os.path.join(d, "metrics.jsonl")):
             try:
                 runs.append(load_run(d))
-            except (OSError, ValueError) as e:  # no config.json, or a file that is not JSON lines
-                print(f"plot.py: error: {d} cannot be read as a train.py run ({e}); give a run folder "
-                      f"train.py wrote", file=sys.stderr)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:  # missing, cut short, not ours
+                print(f"plot.py: error: {d} cannot be read as a train.py run ({type(e).__name__}: {e}); give a run "
+                      f"folder train.py wrote", file=sys.stderr)
                 return 2
         elif os.path.isdir(d) and any(os.path.exists(os.path.join(d, n, "summary.json")) for n in os.listdir(d)):
             sweeps.append(d)
         else:
-            print(f"plot.py: error: {d} holds neither metrics.jsonl (a train.py run) nor run folders with "
-                  f"summary.json (a sweep); check the path", file=sys.stderr)
+            what = "does not exist" if not os.path.exists(d) else \
+                "holds neither metrics.jsonl (a train.py run) nor run folders with summary.json (a sweep)"
+            print(f"plot.py: error: {d} {what}; check the path", file=sys.stderr)
             return 2
     plt = pyplot()
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else "plots")
-    os.makedirs(out, exist_ok=True)
+    created = not os.path.exists(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:  # a file, or a path through one
+        print(f"plot.py: error: --out {out} cannot be a folder ({e.strerror or e}); choose another --out",
+              file=sys.stderr)
+        return 2
     written = plot_runs(plt, runs, out, args.hist_epochs) if runs else []
     for d, tag in zip(sweeps, unique_names(sweeps)):
         name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{tag}.png"
         written += [w for w in [plot_sweep(plt, d, os.path.join(out, name))] if w]
+    if created and not written:
+        os.rmdir(out)  # nothing to show: leave no empty folder behind
     return 0 if written else 1
 
 

@@ -82,6 +82,11 @@ def check_out(out, config, resume):
             raise RunError(f"cannot resume: {config_path} is missing or unreadable ({type(e).__name__}) and there "
                            f"is no checkpoint; choose another --out") from e
         _same_settings(saved, config, config_path)
+        done = [f for f, least in (("summary.json", 1), ("metrics.jsonl", 2)) if len(_lines(out, f)) >= least]
+        if done:  # epochs finished, then the checkpoint went: starting over would overwrite them (one metrics
+            # line alone can be epoch 1's, written just before a kill -9 stopped its checkpoint: that one restarts)
+            raise RunError(f"cannot resume: {ckpt_path} is missing, but {' and '.join(done)} record finished "
+                           f"epochs that a restart would overwrite; put the checkpoint back, or choose another --out")
         return None
     try:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
@@ -271,6 +276,14 @@ def uninterrupted():
         signal.signal(signal.SIGINT, previous)
     if caught:
         signal.raise_signal(signal.SIGINT)
+
+
+def _lines(out, name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line for line in f if line.strip()]
 
 
 def trim_metrics(out, epochs_done):

@@ -273,10 +273,18 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
     return "\n".join(lines)
 
 
-def check_flags(todo):
-    """Every run's train.py flags, those after -- included, through train.py's own checks (config.resolve):
-    one that train.py would refuse ends the sweep now with train.py's one-line error, exit 2."""
+def check_flags(todo, extra):
+    """Flags after -- may add to the runs (--data-dir, --workers) but not change what the grid sets for each
+    (its rows, columns, scale, --seed, --out): the table would then label runs with settings they did not
+    have. ValueError naming them. Then every run's train.py flags go through train.py's own checks
+    (config.resolve): one that train.py would refuse ends the sweep with train.py's one-line error, exit 2."""
     import config  # imports torch: only here, so the tables' tests need none
+    set_by_grid = set().union(*(config.given(job["key"]) for job in todo)) | {"out"}
+    clash = sorted(config.given(extra) & set_by_grid)
+    if clash:
+        raise ValueError(f"{' '.join('--' + d.replace('_', '-') for d in clash)} after -- would override what the "
+                         f"grid sets for its runs; leave {'them' if len(clash) > 1 else 'it'} out (the presets "
+                         f"and scales are in paper_tables.py)")
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # what resolve tells a run (its scaled milestones) each run tells again
         for job in todo:
@@ -313,12 +321,15 @@ def main(argv=None):
         p.error("--seeds and --jobs must be >= 1 and --gpus >= 0")
     t0 = time.time()
     sweep_dir = os.path.join(args.out, f"{args.preset}-{args.scale}")
-    try:
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print(f"sweep.py: error: --out {args.out} is a file; give a directory for the sweeps", file=sys.stderr)
+        return 2
+    try:  # one line, before anything is written
         todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
-    except ValueError as e:  # one line, before anything is written
+        check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
+    except ValueError as e:
         print(f"sweep.py: error: {e}", file=sys.stderr)
         return 2
-    check_flags(todo)  # a flag train.py would refuse stops the sweep here, in one line, before any run starts
     if args.dry_run:
         try:
             for job in todo:
@@ -352,4 +363,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before any run started (while torch loads, say): nothing to resume
+        print("sweep.py: stopped by Ctrl-C before any run started", file=sys.stderr)
+        sys.exit(130)

@@ -26,9 +26,19 @@ def test_bench_reports_every_figure(tmp_path):
     assert saved["peers"]["2"]["step_ratio"] == saved["step_ratio"]
 
 
-def test_bench_refuses_a_cohort_size_it_cannot_build():
-    with pytest.raises(SystemExit):
-        bench.main(["--peers", "1,3", "--skip", "loss,step,throughput"])
+@pytest.mark.parametrize("main,flags,message", [
+    (bench.main, ["--peers", "1,3"], "--peers 1,3: a comma list of cohort sizes between 2 and 26"),
+    (bench.main, ["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+    (bench.main, ["--skip", "bogus"], "unknown figure(s) bogus in --skip"),
+    (bench.main, ["--json", "{tmp}/no/such/folder.json"], "cannot write a file there"),
+    (perf_suite.main, ["--budget", "nan"], "--budget nan: give the seconds"),
+    (perf_suite.main, ["--json", "{tmp}"], "cannot write a file there"),  # a folder
+])
+def test_bench_and_suite_refuse_bad_flags_before_timing_anything(tmp_path, capsys, main, flags, message):
+    with pytest.raises(SystemExit) as e:
+        main([f.format(tmp=tmp_path) for f in flags])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 # Every key the suite writes, as the README's performance section names them.

@@ -176,7 +176,8 @@ def test_cmd_loss_takes_integer_labels_as_one_hot_targets():
 
 
 @pytest.mark.parametrize("bad", [torch.zeros(8), torch.zeros(8, 5), torch.zeros(8, K, dtype=torch.long),
-                                 torch.zeros(4, K), torch.zeros(8, 1, K), torch.zeros(K, dtype=torch.long)])
+                                 torch.zeros(4, K), torch.zeros(8, 1, K), torch.zeros(K, dtype=torch.long),
+                                 torch.zeros(8, dtype=torch.bool)])  # a mask passed by mistake, not labels
 def test_cmd_loss_refuses_other_target_shapes(bad):
     za, zb, qa, _ = batch(n=8)
     with pytest.raises(ValueError, match="q_b must be .N,. integer class labels or .N, K. float targets"):

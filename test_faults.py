@@ -70,6 +70,8 @@ def snapshot(out):
     (["--subset", "1"], "1 training sample after --subset and --val-split"),
     (["--val-split", "0.999"], "0 training samples after --subset and --val-split"),
     (["--arch", "inception_resnet_v2", "--batch-size", "4"], "--arch inception_resnet_v2 cannot take 32x32 images"),
+    (["--lr", "1e300"], "--lr 1e+300: must be a positive number that float32 holds"),
+    (["--weight-decay", "1e300"], "--weight-decay 1e+300: must be at least 0, and a number float32 holds"),
 ])
 def test_a_bad_value_is_one_line_and_writes_nothing(tmp_path, capsys, flags, message):
     out = tmp_path / "run"
@@ -190,6 +192,24 @@ def test_resume_without_noisy_labels_is_refused(finished_run, tmp_path, capsys):
     assert "not the 96 integer labels" in refused(capsys, TINY + ["--epochs", "2", "--out", out, "--resume"])
     os.remove(os.path.join(out, "noisy_labels.npy"))
     assert snapshot(out) == before
+
+
+def test_resume_of_finished_epochs_whose_checkpoint_is_gone_is_refused(finished_run, tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    shutil.copytree(finished_run[0], out)
+    os.remove(os.path.join(out, "checkpoint.pt"))
+    before = snapshot(out)
+    line = refused(capsys, TINY + ["--epochs", "2", "--out", out, "--resume"])
+    assert "checkpoint.pt is missing, but summary.json and metrics.jsonl record finished epochs" in line
+    os.remove(os.path.join(out, "summary.json"))  # stopped after epoch 1, say: the metrics alone say so
+    assert "but metrics.jsonl record" in refused(capsys, TINY + ["--epochs", "2", "--out", out, "--resume"])
+    assert snapshot(out) == {k: v for k, v in before.items() if k != "summary.json"}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_out_the_system_will_not_create_is_one_line(capsys):
+    # /proc passes the permission check (for root in particular), then refuses the mkdir
+    assert "--out /proc/cmd-run cannot be created" in refused(capsys, RUN + ["--out", "/proc/cmd-run"])
 
 
 def test_resume_of_a_path_that_holds_no_run_is_refused(tmp_path, capsys):
@@ -468,6 +488,9 @@ def test_evaluate_refuses_weights_that_do_not_fit(finished_run, tmp_path, capsys
     with pytest.raises(SystemExit):
         evaluate.main([str(tmp_path)])
     assert "holds no finished run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluate.main([str(tmp_path / "typo")])
+    assert capsys.readouterr().err.strip().endswith("typo does not exist; check the path")
 
 
 def test_tensorboard_without_the_package_is_a_hint_and_training_goes_on(tmp_path, capsys, monkeypatch):

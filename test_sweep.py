@@ -162,12 +162,30 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
 
 
 
-def test_flags_train_py_would_refuse_stop_the_sweep_before_any_run(tmp_path):
+@pytest.mark.parametrize("extra,error", [
+    (["--weight-decay", "-1"], "train.py: error: --weight-decay -1.0: must be at least 0, and a number float32 holds"),
+    (["--eta", "2"], "sweep.py: error: --eta after -- would override what the grid sets for its runs; leave it out"),
+    (["--se", "3", "--out=x"], "sweep.py: error: --out --seed after -- would override what the grid sets"),
+    (["--epochs", "9"], "sweep.py: error: --epochs after -- would override"),  # set by the scale
+])
+def test_flags_after_dashes_that_train_py_refuses_or_that_override_the_grid_stop_the_sweep(tmp_path, extra, error):
     out = tmp_path / "sweeps"
-    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "1", "--out", str(out), "--", "--rate", "1.5")
+    res = cli("sweep.py", "table5", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--", *extra)
     assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
-    assert res.stderr.strip() == "train.py: error: --rate must be in [0, 1), got 1.5"
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith(error), res.stderr
     assert not out.exists()  # nothing started, nothing written
+
+
+def test_flags_after_dashes_that_add_to_the_runs_reach_every_run():
+    res = cli("sweep.py", "table5", "--scale", "smoke", "--dry-run", "--", "--workers", "0")
+    assert res.returncode == 0 and all(ln.endswith(" --workers 0") for ln in res.stdout.splitlines())
+
+
+def test_a_sweep_out_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "f").write_text("mine")
+    res = cli("sweep.py", "table5", "--scale", "smoke", "--out", str(tmp_path / "f"))
+    assert res.returncode == 2 and res.stderr.strip().endswith("is a file; give a directory for the sweeps")
+    assert (tmp_path / "f").read_text() == "mine"
 
 @pytest.mark.parametrize("scale,flags", [("demo", paper_tables.DEMO_FLAGS), ("benign", paper_tables.BENIGN_FLAGS)])
 def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale, flags):
@@ -292,13 +310,33 @@ def test_entropy_plots_of_runs_with_the_same_folder_name_do_not_overwrite_each_o
 def test_plot_refuses_bad_input_in_one_line_before_writing(tmp_path):
     fake_run(str(tmp_path / "run"), {})
     out = tmp_path / "png"
-    for args, why in (([str(tmp_path / "nowhere")], "holds neither metrics.jsonl"),
+    (tmp_path / "empty").mkdir()
+    for args, why in (([str(tmp_path / "nowhere")], "nowhere does not exist; check the path"),
+                      ([str(tmp_path / "empty")], "holds neither metrics.jsonl"),
                       ([str(tmp_path / "run"), "--hist-epochs", "1,x"], "not a comma-separated list of epochs"),
                       ([str(tmp_path / "run"), "--hist-epochs", "0,3"], "numbered from 1")):
         res = cli("plot.py", *args, "--out", str(out))
         assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, res.stderr
         assert not out.exists()
+    (tmp_path / "afile").write_text("mine")
+    for bad_out in ("afile", "afile/sub"):  # a file, a path through a file
+        res = cli("plot.py", str(tmp_path / "run"), "--out", str(tmp_path / bad_out))
+        assert res.returncode == 2 and "cannot be a folder" in res.stderr and "Traceback" not in res.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+    write(str(tmp_path / "run" / plot.HIST), "PK not really a zip")  # cut short: read before any png
+    res = cli("plot.py", str(tmp_path / "run"), "--out", str(out))
+    assert res.returncode == 2 and "cannot be read as a train.py run" in res.stderr and not out.exists()
     write(str(tmp_path / "run" / "config.json"), "{not json")
     res = cli("plot.py", str(tmp_path / "run"), "--out", str(out))
     assert res.returncode == 2 and "cannot be read as a train.py run" in res.stderr and not out.exists()
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_plot_of_a_sweep_with_nothing_to_draw_leaves_no_folder(tmp_path):
+    pytest.importorskip("matplotlib")
+    d = tmp_path / "sweep" / "run-s0"
+    fake_run(str(d), {})
+    write(str(d / "summary.json"), {"test_acc_mean": 50.0})  # one b only: no line to draw
+    res = cli("plot.py", str(tmp_path / "sweep"), "--out", str(tmp_path / "png"))
+    assert res.returncode == 1 and "no runs that differ only in b" in res.stderr
+    assert not (tmp_path / "png").exists()

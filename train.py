@@ -208,7 +208,10 @@ def main(argv=None):
     row = writer = summary = None
     try:
         if rank == 0:  # every input is valid: from here on the run writes into --out
-            os.makedirs(args.out, exist_ok=True)
+            try:
+                os.makedirs(args.out, exist_ok=True)
+            except OSError as e:  # what the checks could not foresee: a read-only file system, /proc, a full disk
+                fail(f"--out {args.out} cannot be created: {e.strerror or e}; choose another --out")
             rundir.record_start(args.out, config, resumed=args.resume, changed=changed)
             if ckpt is None:
                 np.save(os.path.join(args.out, "noisy_labels.npy"), noisy)
