@@ -20,7 +20,6 @@ How batches are drawn and augmented is batches.py.
 import contextlib
 import json
 import os
-import pickle
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -30,6 +29,7 @@ import torchvision
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
+import safe_pickle
 from synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, make_synthetic
 
 DATASETS = ("cifar100", "cifar10", "food101", "webvision", "folder", "synthetic")
@@ -164,7 +164,7 @@ def _cifar(name, data_dir, image_size, download):
         except Exception as err:
             raise DataError(f"{name} folder {folder} not found and the download failed "
                             f"({first_line(err)}); {how}") from err
-    # We unpickle the files ourselves (as torchvision does, encoding="latin1")
+    # We unpickle the files ourselves (encoding="latin1" as torchvision, but through safe_pickle)
     # instead of using torchvision's CIFAR classes: they check md5 sums on
     # every load, so this code path could not be tested on tiny pickles.
     names = _unpickle(os.path.join(folder, c.meta), {c.names: list}, c.archive)[c.names]
@@ -211,7 +211,7 @@ def _unpickle(path, keys, archive):
         raise DataError(f"CIFAR file {path} not found; re-extract {archive} under --data-dir")
     try:
         with open(path, "rb") as f:
-            d = pickle.load(f, encoding="latin1")
+            d = safe_pickle.load(f)  # numpy arrays, lists and strings only: nothing in the file is called
     except Exception as err:
         raise DataError(f"{path} is not a readable CIFAR pickle ({first_line(err)}); "
                         f"re-extract {archive}") from err

@@ -19,12 +19,12 @@ the human labels of the 50 000 training images, in the order of the training set
 Its errors follow what people confuse, not a transition matrix.
 """
 import os
-import pickle
 import zipfile
 
 import numpy as np
 
 from datasets import CIFAR, DataError
+from safe_pickle import Refused, load
 
 NOISE_KINDS = ("none", "sym", "pair")
 
@@ -83,50 +83,17 @@ CIFAR10N_KEYS = {"aggre": "aggre_label", "random1": "random_label1", "random2": 
                  "random3": "random_label3", "worst": "worse_label"}
 HUMAN_KEYS = {"cifar100": ("clean_label", "noisy_label"), "cifar10": ("clean_label", *CIFAR10N_KEYS.values())}
 
-# The only globals a CIFAR-N file needs: numpy's array reconstruction (numpy 1 wrote it as
-# numpy.core.multiarray, numpy 2 as numpy._core.multiarray) and protocol 2's spelling of bytes.
-_RECONSTRUCT = np.ndarray((0,)).__reduce__()[0]  # numpy's _reconstruct, wherever this numpy keeps it
-
-
-class Refused(pickle.UnpicklingError):
-    """The file asks for something a CIFAR-N label file never needs; nothing it names was run."""
-
-
-def _latin1(text, encoding):
-    if encoding != "latin1":
-        raise Refused(f"it needs _codecs.encode with encoding {encoding!r}")
-    return text.encode("latin1")
-
-
-SAFE_GLOBALS = {("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT,
-                ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT,
-                ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): _latin1}
 TORCH_MAGIC = 0x1950a86a20f9469cfc6c  # torch.serialization.MAGIC_NUMBER: the legacy (pre-zip) format
 
 
-class _LabelUnpickler(pickle.Unpickler):
-    """pickle.Unpickler that resolves only SAFE_GLOBALS, so a file cannot name a function to call."""
-
-    def find_class(self, module, name):
-        if (module, name) not in SAFE_GLOBALS:
-            raise Refused(f"it needs {module}.{name}, which a CIFAR-N label file never does")
-        return SAFE_GLOBALS[module, name]
-
-    def persistent_load(self, pid):
-        raise Refused("it holds torch tensors, which a CIFAR-N label file never does")
-
-
 def read_label_file(path):
-    """The object torch.save wrote to `path` (zip format, or the legacy one), via _LabelUnpickler.
+    """The object torch.save wrote to `path` (zip format, or the legacy one), via safe_pickle.load.
 
     Like torch.load(weights_only=True) with only those numpy globals allowed (nothing else can be
     imported or called), and the same on every torch and numpy version. Raises Refused for anything
     else the file needs, and zipfile.BadZipFile, EOFError, pickle.UnpicklingError or ValueError for a
     damaged file.
     """
-    def load(f):
-        return _LabelUnpickler(f, encoding="latin1").load()  # latin1: numpy's choice for Python 2 strings
-
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":  # legacy torch.save: magic number, protocol, system info, the object
             f.seek(0)

@@ -88,6 +88,37 @@ def test_cifar100_malformed_pickle(tmp_path, content):
     assert str(tmp_path / "cifar-100-python" / "train") in one_line(err)
 
 
+class RunsCode:
+    """Pickles as a call of os.system: a data file that runs a shell command when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"echo ran > {self.marker}",)
+
+
+@pytest.mark.parametrize("protocol", [2, 5])  # the official files' protocol, and the newest
+def test_cifar_pickles_are_read_without_running_code(tmp_path, protocol):
+    armed = tmp_path / "armed"  # the same file does run its command under plain pickle
+    pickle.loads(pickle.dumps({"data": RunsCode(armed)}, protocol=protocol))
+    assert armed.exists()
+    write_cifar(tmp_path)
+    marker = tmp_path / "marker"
+    (tmp_path / "cifar-100-python" / "train").write_bytes(
+        pickle.dumps({"data": RunsCode(marker), "fine_labels": [0]}, protocol=protocol))
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar100", tmp_path, download=False)
+    assert "it needs posix.system, which plain numpy data never does" in one_line(err) or os.name != "posix"
+    assert not marker.exists()
+    (tmp_path / "good").mkdir()
+    write_cifar(tmp_path / "good")  # and the genuine article, numpy arrays at this protocol, still loads
+    for split in ("train", "test", "meta"):
+        path = tmp_path / "good" / "cifar-100-python" / split
+        path.write_bytes(pickle.dumps(pickle.loads(path.read_bytes()), protocol=protocol))
+    assert len(load_dataset("cifar100", tmp_path / "good", download=False).train.labels) > 0
+
+
 # ------------------------------------------------------------------- CIFAR-10
 
 def write_cifar10(root, n_per_batch=8, n_test=10, seed=0):
