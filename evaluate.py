@@ -24,13 +24,13 @@ import sys
 
 import torch
 
-import config
-import datasets
+from training import config
+from training import datasets
 import models
-import rundir
+from training import rundir
 import train
 from mutual import NAMES
-from report import evaluate
+from training.report import evaluate
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,7 +48,7 @@ def get_args(argv):
     p.add_argument("--dataset", choices=datasets.DATASETS, help="default: the run's")
     p.add_argument("--data-dir", help="default: the run's")
     p.add_argument("--image-size", type=int, help="default: the run's")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    config.add_device_flag(p)
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="DataLoader workers for datasets read from files")
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -37,16 +37,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import datasets
+from training import datasets
 import models
-import rundir
-from batches import Batches
-from config import fail, get_args, resolve
+from training import rundir
+from training.batches import Batches
+from training.config import fail, get_args, pick_device, resolve
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, sum_names
-from noise import add_noise, human_labels
-from progress import Progress
-from report import add_scalars, epoch_line, epoch_row, evaluate, final_accuracies, tensorboard
+from noise import add_noise
+from training.cifar_n import human_labels
+from training.progress import Progress
+from training.report import add_scalars, epoch_line, epoch_row, evaluate, final_accuracies, tensorboard
 
 
 def setup_distributed():
@@ -56,15 +57,6 @@ def setup_distributed():
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
-
-
-def pick_device(choice, local_rank):
-    if choice == "cuda" and not torch.cuda.is_available():
-        fail("--device cuda but torch sees no CUDA device; use --device cpu")
-    if choice == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
 
 
 def load_data(args):

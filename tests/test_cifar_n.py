@@ -1,4 +1,4 @@
-"""Human label noise (CIFAR-N, noise.py:human_labels) on tiny copies of the real files: CIFAR pickles
+"""Human label noise (CIFAR-N, training/cifar_n.py:human_labels) on tiny copies of the real files: CIFAR pickles
 from test_datasets.py and *_human.pt label files written as the authors wrote theirs, torch.save of a
 dict of numpy arrays. Loading, every check against the dataset, refusing pickled code, train.py."""
 import json
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-import config
-import noise
-import plot
+from training import config
+from training import cifar_n
+from tools import plot
 import train
-from datasets import DataError, load_dataset
+from training.datasets import DataError, load_dataset
 from test_datasets import one_line, write_cifar, write_cifar10
 
 # Noise rates of the fixture's label sets, so that each key gives different labels.
@@ -45,7 +45,7 @@ def cifar(tmp_path, dataset, **kw):
     root.mkdir()
     if dataset == "cifar10":
         clean = write_cifar10(root)["train"][1]
-        d = human_file(root / "CIFAR-10_human.pt", clean, list(noise.CIFAR10N_KEYS.values()), 10, **kw)
+        d = human_file(root / "CIFAR-10_human.pt", clean, list(cifar_n.CIFAR10N_KEYS.values()), 10, **kw)
     else:
         clean = write_cifar(root, n_train=40)["train"][1]
         d = human_file(root / "CIFAR-100_human.pt", clean, ["noisy_label"], 100, **kw)
@@ -54,16 +54,16 @@ def cifar(tmp_path, dataset, **kw):
 
 def load(root, dataset, key=None, path=None):
     d = load_dataset(dataset, root, download=False)
-    path = path or root / noise.HUMAN_FILES[dataset]
-    return noise.human_labels(str(path), dataset, key, d.train.labels, d.num_classes)
+    path = path or root / cifar_n.HUMAN_FILES[dataset]
+    return cifar_n.human_labels(str(path), dataset, key, d.train.labels, d.num_classes)
 
 
-@pytest.mark.parametrize("key", sorted(noise.CIFAR10N_KEYS))
+@pytest.mark.parametrize("key", sorted(cifar_n.CIFAR10N_KEYS))
 def test_each_cifar10n_key_gives_its_label_set(tmp_path, key):
     root, clean, d = cifar(tmp_path, "cifar10")
     got = load(root, "cifar10", key)
-    assert got.dtype == np.int64 and np.array_equal(got, d[noise.CIFAR10N_KEYS[key]])
-    others = [k for k in noise.CIFAR10N_KEYS.values() if k != noise.CIFAR10N_KEYS[key]]
+    assert got.dtype == np.int64 and np.array_equal(got, d[cifar_n.CIFAR10N_KEYS[key]])
+    others = [k for k in cifar_n.CIFAR10N_KEYS.values() if k != cifar_n.CIFAR10N_KEYS[key]]
     assert all(not np.array_equal(got, d[k]) for k in others)  # the fixture's label sets all differ
 
 
@@ -87,7 +87,7 @@ def test_cifar100n_in_every_torch_save_form(tmp_path, form):
         numpy1_names(root / "CIFAR-100_human.pt")
     got = load(root, "cifar100")
     assert np.array_equal(got, d["noisy_label"]) and not np.array_equal(got, clean)
-    raw = noise.read_label_file(str(root / "CIFAR-100_human.pt"))
+    raw = cifar_n.read_label_file(str(root / "CIFAR-100_human.pt"))
     assert set(raw) == {"clean_label", "noisy_label", "clean_coarse_label", "noisy_coarse_label"}
     assert raw["noisy_coarse_label"] == d["noisy_coarse_label"]
 
@@ -116,11 +116,11 @@ def test_shuffled_file_is_refused(tmp_path):
 def test_file_for_the_other_dataset_is_refused(tmp_path, dataset):
     root, clean, _ = cifar(tmp_path, dataset)
     other = "cifar100" if dataset == "cifar10" else "cifar10"
-    keys = ["noisy_label"] if other == "cifar100" else list(noise.CIFAR10N_KEYS.values())
+    keys = ["noisy_label"] if other == "cifar100" else list(cifar_n.CIFAR10N_KEYS.values())
     wrong = human_file(tmp_path / "other.pt", clean, keys, 10)  # labels in range, only the keys tell
     with pytest.raises(DataError) as err:
         load(root, dataset, "worst" if dataset == "cifar10" else None, path=tmp_path / "other.pt")
-    assert f"is the {other} file ({noise.HUMAN_FILES[other]}" in one_line(err)
+    assert f"is the {other} file ({cifar_n.HUMAN_FILES[other]}" in one_line(err)
     assert np.array_equal(wrong["clean_label"], clean)  # so only the keys gave it away
 
 
@@ -156,7 +156,7 @@ def test_missing_file_says_where_to_get_it(tmp_path):
     with pytest.raises(DataError) as err:
         load(root, "cifar100")
     msg = one_line(err)
-    assert noise.CIFAR_N_URL in msg and str(root / "CIFAR-100_human.pt") in msg and "--noise-file" in msg
+    assert cifar_n.CIFAR_N_URL in msg and str(root / "CIFAR-100_human.pt") in msg and "--noise-file" in msg
 
 
 class RunsCode:
@@ -197,7 +197,7 @@ def test_file_holding_tensors_is_refused(tmp_path):
         def persistent_id(self, obj):
             return ("storage", "0") if obj is d["noisy_label"] else None
     with open(path, "wb") as f:  # the legacy layout: magic number, protocol, system info, the object
-        for header in (noise.TORCH_MAGIC, 1001, {}):
+        for header in (cifar_n.TORCH_MAGIC, 1001, {}):
             pickle.dump(header, f, protocol=2)
         Storages(f, protocol=2).dump(d)
     with pytest.raises(DataError) as err:
@@ -226,7 +226,7 @@ def test_one_epoch_with_human_labels(tmp_path, capsys, dataset):
         row = json.loads(f.readline())
     assert row["memorized_a"] is not None and row["recall_b2a"] is not None  # the clean labels are known
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["noise_file"] == str(root / noise.HUMAN_FILES[dataset]) and cfg["rate"] is None
+    assert cfg["noise_file"] == str(root / cifar_n.HUMAN_FILES[dataset]) and cfg["rate"] is None
     assert cfg["noise_key"] == ("worst" if dataset == "cifar10" else None)
     assert plot.describe(cfg)["noise"] == ("human worst" if dataset == "cifar10" else "human")  # no rate to print
 

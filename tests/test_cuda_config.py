@@ -15,9 +15,9 @@ import shutil
 import pytest
 import torch
 
-import cuda_checks
+from tools import cuda_checks
 import mutual
-import rundir
+from training import rundir
 import train
 from losses import cmd_loss, log_probs
 from mutual import LCS, Method, mutual_step

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 
-from datasets import DataError, TensorImages, open_image, to_rgb
+from training.datasets import DataError, TensorImages, open_image, to_rgb
 
 
 def augment_batch(images, pad=4, generator=None, offsets=None, flips=None):

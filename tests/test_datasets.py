@@ -9,10 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
-import batches
-import datasets
-import webvision
-from datasets import DataError, FileImages, TensorImages, load_dataset
+from training import batches
+from training import datasets
+from training import webvision
+from training.datasets import DataError, FileImages, TensorImages, load_dataset
 
 
 def save_image(path, size=(20, 16), colour=(200, 30, 90), mode="RGB"):

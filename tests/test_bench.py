@@ -5,8 +5,8 @@ import statistics
 import pytest
 import torch
 
-import bench
-import perf_suite
+from tools import bench
+from tools import perf_suite
 from test_cuda_config import has_cpp_compiler
 
 

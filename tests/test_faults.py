@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import torch
 
-import config
-import datasets
+from training import config
+from training import datasets
 import evaluate
 import models
-import rundir
-import paper_tables
-import sweep
+from training import rundir
+from tools import paper_tables
+from tools import sweep
 import train
-from progress import Progress
+from training.progress import Progress
 from test_datasets import save_image, write_folder, write_webvision
 from test_train import HERE, TINY, cli, metrics
 
@@ -352,7 +352,7 @@ def test_webvision_accepts_class_index_folders(tmp_path):
 
 def test_a_one_epoch_curve_is_drawn_with_a_marker():
     pytest.importorskip("matplotlib")
-    import plot
+    from tools import plot
     plt = plot.pyplot()
     fig, ax = plt.subplots()
     runs = [dict(rows=[dict(epoch=1, test_acc_a=40.0, test_acc_b=41.0)]),

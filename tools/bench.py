@@ -1,7 +1,7 @@
 """Measure what CMD costs on top of training two networks (README "Performance").
 
-    python bench.py                                   # CPU, small models, under a minute
-    python bench.py --arch resnet34 --device cuda     # the real figures
+    python -m tools.bench                                   # CPU, small models, under a minute
+    python -m tools.bench --arch resnet34 --device cuda     # the real figures
 
 loss_overhead -- time of cmd_loss + both label corrections (MyLC) on a batch of logits, forward and
                  backward, over the time of two plain F.cross_entropy calls on the same logits
@@ -26,18 +26,35 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 
-import datasets
+from training import config, datasets
 import models
 from appendix_code import paper_cmd_loss
-from batches import Batches
+from training.batches import Batches
 from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import Method, mutual_step
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the figures are measured on: main builds one from its flags, perf_suite.py from its sizes."""
+    arch: str = "cnn"          # NAME or NAME_A,NAME_B (models.ARCHS)
+    num_classes: int = 100
+    batch_size: int = 128
+    image_size: int = 32
+    amp: str = "off"           # bf16 | off: the step's autocast
+    rounds: int = 3            # interleaved rounds for step_ratio
+    warmup: int = 3            # untimed runs before each timing
+    repeats: int = 10          # timed runs; the figure is their median
+    images: int = 2048         # synthetic training images for throughput
+    epochs: int = 2            # timed epochs for throughput
+    workers: int = 2           # DataLoader workers of the baseline pipeline
 
 
 def timed(fn, device, warmup, repeats):
@@ -56,10 +73,10 @@ def timed(fn, device, warmup, repeats):
     return statistics.median(times)
 
 
-def loss_figures(args, device):
+def loss_figures(setup, device):
     """loss_overhead and paper_ratio on random logits of shape (batch, classes)."""
     g = torch.Generator(device).manual_seed(0)
-    n, k = args.batch_size, args.num_classes
+    n, k = setup.batch_size, setup.num_classes
     za = (3 * torch.randn(n, k, device=device, generator=g)).requires_grad_()
     zb = (3 * torch.randn(n, k, device=device, generator=g)).requires_grad_()
     y = torch.randint(0, k, (n,), device=device, generator=g)
@@ -86,36 +103,36 @@ def loss_figures(args, device):
     def ours():
         cmd_loss(za.detach(), zb.detach(), q, q, chi)
 
-    t_plain = timed(plain, device, args.warmup, args.repeats)
-    t_cmd = timed(cmd, device, args.warmup, args.repeats)
-    t_paper = timed(paper, device, args.warmup, args.repeats)
-    t_ours = timed(ours, device, args.warmup, args.repeats)
+    t_plain = timed(plain, device, setup.warmup, setup.repeats)
+    t_cmd = timed(cmd, device, setup.warmup, setup.repeats)
+    t_paper = timed(paper, device, setup.warmup, setup.repeats)
+    t_ours = timed(ours, device, setup.warmup, setup.repeats)
     return dict(loss_overhead=t_cmd / t_plain, paper_ratio=t_paper / t_ours,
                 loss_ms=dict(plain_ce=1e3 * t_plain, cmd_with_mylc=1e3 * t_cmd, paper=1e3 * t_paper, cmd_loss=1e3 * t_ours))
 
 
-def make_pair(args, device, fmt, m=2):
+def make_pair(setup, device, fmt, m=2):
     """m models (A and B by default) of --arch, with their SGD optimisers; the same weights for a seed."""
     torch.manual_seed(0)
-    archs = args.arch.split(",")
+    archs = setup.arch.split(",")
     archs = archs if len(archs) == m else archs[:1] * m
-    nets = [models.build_model(a, args.num_classes).to(device, memory_format=fmt) for a in archs]
+    nets = [models.build_model(a, setup.num_classes).to(device, memory_format=fmt) for a in archs]
     opts = [torch.optim.SGD(n.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4) for n in nets]
     return nets, opts
 
 
-def step_figures(args, device, m=2):
+def step_figures(setup, device, m=2):
     """step_ratio: a CMD-P + MyLC mutual step of m models against m plain CE steps, same models, same batch;
     and, on CUDA, the peak memory of the mutual step."""
     fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
-    nets, opts = make_pair(args, device, fmt, m)
+    nets, opts = make_pair(setup, device, fmt, m)
     g = torch.Generator(device).manual_seed(1)
-    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device,
+    x = torch.randn(setup.batch_size, 3, setup.image_size, setup.image_size, device=device,
                     generator=g).contiguous(memory_format=fmt)
-    y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
+    y = torch.randint(0, setup.num_classes, (setup.batch_size,), device=device, generator=g)
     method = Method(mode="progressive", lc="mylc")
     r = [torch.tensor(0.6, device=device)] * m
-    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=setup.amp == "bf16")
 
     def ce_steps():  # the same step with plain CE in place of CMD, so only the loss differs
         with torch.autocast(**autocast):
@@ -134,35 +151,35 @@ def step_figures(args, device, m=2):
 
     # Interleave the two so that drift in machine load hits both alike.
     ce, cmd = [], []
-    for _ in range(args.rounds):
-        ce.append(timed(ce_steps, device, args.warmup, args.repeats))
+    for _ in range(setup.rounds):
+        ce.append(timed(ce_steps, device, setup.warmup, setup.repeats))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        cmd.append(timed(cmd_step, device, args.warmup, args.repeats))
+        cmd.append(timed(cmd_step, device, setup.warmup, setup.repeats))
     t_ce, t_cmd = statistics.median(ce), statistics.median(cmd)
     memory = torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None
     return dict(step_ratio=t_cmd / t_ce, step_ms=dict(two_ce_steps=1e3 * t_ce, cmd_step=1e3 * t_cmd),
                 peak_memory_mib=memory)
 
 
-def step_timing(args, device, mode, warmup_steps=5):
+def step_timing(setup, device, mode, warmup_steps=5):
     """(warmup_s, step_ms) of the CMD-P + MyLC mutual step on one fixed batch, eager or compiled.
 
     mode: None for eager, else torch.compile's mode ("default", "reduce-overhead", ...). warmup_s: the
     time of the first warmup_steps steps beyond what they take at the steady speed (compilation, CUDA-graph
     capture, autotuning, first calls); 5 covers CUDA-graph trees (a warm-up run, a recording, replays).
-    step_ms: median of args.repeats steps after them. bf16 if args.amp says so; channels_last on CUDA.
+    step_ms: median of setup.repeats steps after them. bf16 if setup.amp says so; channels_last on CUDA.
     """
     fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
-    nets, opts = make_pair(args, device, fmt)
+    nets, opts = make_pair(setup, device, fmt)
     if mode is not None:
         nets = [torch.compile(n) if mode == "default" else torch.compile(n, mode=mode) for n in nets]
     g = torch.Generator(device).manual_seed(1)
-    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device,
+    x = torch.randn(setup.batch_size, 3, setup.image_size, setup.image_size, device=device,
                     generator=g).contiguous(memory_format=fmt)
-    y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
+    y = torch.randint(0, setup.num_classes, (setup.batch_size,), device=device, generator=g)
     method, r = Method(mode="progressive", lc="mylc"), [torch.tensor(0.6, device=device)] * 2
-    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=setup.amp == "bf16")
     scaler = torch.amp.GradScaler(device.type, enabled=False)
     # CUDA-graph trees must know where a training step begins (torch >= 2.1 has this function).
     mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None) if mode else None
@@ -180,7 +197,7 @@ def step_timing(args, device, mode, warmup_steps=5):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     first = time.perf_counter() - t0
-    seconds = timed(step, device, 0, args.repeats)
+    seconds = timed(step, device, 0, setup.repeats)
     return first - warmup_steps * seconds, 1e3 * seconds
 
 
@@ -201,13 +218,13 @@ class PILDataset(torch.utils.data.Dataset):
         return self.tf(Image.fromarray(self.images[i])), int(self.labels[i])
 
 
-def throughput_figures(args, device, configs=None):
+def throughput_figures(setup, device, configs=None):
     """Images per second of the mutual pair per pipeline and precision, and their ratios.
 
     configs: names "<device|dataloader>_<fp32|bf16>"; bf16 runs in channels_last. Default: both
     pipelines in fp32, and in bf16 too on CUDA.
     """
-    d = datasets.load_dataset("synthetic", None, synthetic_size=args.images, synthetic_classes=args.num_classes,
+    d = datasets.load_dataset("synthetic", None, synthetic_size=setup.images, synthetic_classes=setup.num_classes,
                               synthetic_test_size=10)
     labels = d.train.labels
     method = Method(mode="progressive", lc="mylc")
@@ -216,18 +233,18 @@ def throughput_figures(args, device, configs=None):
     configs = configs or [f"{pipeline}_{prec}" for pipeline in ("device", "dataloader") for prec in precisions]
     for pipeline, prec in (c.split("_") for c in configs):
         fmt = torch.channels_last if prec == "bf16" else torch.contiguous_format
-        nets, opts = make_pair(args, device, fmt)
+        nets, opts = make_pair(setup, device, fmt)
         autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=prec == "bf16")
         r = [torch.tensor(0.0, device=device)] * 2
         if pipeline == "device":
-            batches = Batches(d.train, labels=labels, clean=labels, batch_size=args.batch_size, mean=d.mean,
+            batches = Batches(d.train, labels=labels, clean=labels, batch_size=setup.batch_size, mean=d.mean,
                               std=d.std, device=device, memory_format=fmt)
             source = lambda epoch: batches.epoch(0, epoch)  # noqa: E731
         else:
             loader = torch.utils.data.DataLoader(PILDataset(d.train.images, labels, d.mean, d.std),
-                                                 batch_size=args.batch_size, shuffle=True, drop_last=False,
-                                                 num_workers=args.workers, pin_memory=device.type == "cuda",
-                                                 persistent_workers=args.workers > 0)
+                                                 batch_size=setup.batch_size, shuffle=True, drop_last=False,
+                                                 num_workers=setup.workers, pin_memory=device.type == "cuda",
+                                                 persistent_workers=setup.workers > 0)
 
             def source(epoch):
                 for x, y in loader:
@@ -246,7 +263,7 @@ def throughput_figures(args, device, configs=None):
 
         run_epoch(0)  # warm-up: workers, cudnn autotune
         times = []
-        for e in range(1, 1 + args.epochs):
+        for e in range(1, 1 + setup.epochs):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
@@ -273,18 +290,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--arch", default="cnn", help="NAME or NAME_A,NAME_B (models.ARCHS)")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    config.add_device_flag(p)
     p.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto",
                    help="for step_ratio; auto: bf16 on CUDA, off on CPU")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--num-classes", type=int, default=100)
-    p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("--images", type=int, default=2048, help="synthetic training images for throughput")
-    p.add_argument("--epochs", type=int, default=2, help="timed epochs for throughput")
-    p.add_argument("--workers", type=int, default=2, help="DataLoader workers of the baseline pipeline")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds for step_ratio")
+    for f in fields(Setup):  # every size of Setup is a flag with Setup's default
+        if f.name not in ("arch", "amp"):
+            p.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default)
     p.add_argument("--peers", default="2,3,4", help="cohort sizes N whose step is timed against N CE steps")
     p.add_argument("--skip", default="", help="comma list of figures to skip: loss,step,throughput")
     p.add_argument("--json", help="write the figures to this file")
@@ -306,25 +317,25 @@ def main(argv=None):
         p.error(f"unknown figure(s) {', '.join(sorted(unknown))} in --skip; choose from loss, step, throughput")
     check_json_path(p, args.json)
     if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda but torch sees no CUDA device")
+        p.error(config.NO_CUDA)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
-    if args.amp == "auto":
-        args.amp = "bf16" if device.type == "cuda" else "off"
+    amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
+    setup = Setup(**{f.name: getattr(args, f.name) for f in fields(Setup) if f.name != "amp"}, amp=amp)
     skip = set(args.skip.split(","))
     info = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 torch=torch.__version__, threads=torch.get_num_threads(), arch=args.arch,
-                batch_size=args.batch_size, num_classes=args.num_classes, amp=args.amp,
-                date=time.strftime("%Y-%m-%d"), command="python bench.py " + " ".join(argv or sys.argv[1:]))
+                batch_size=args.batch_size, num_classes=args.num_classes, amp=amp,
+                date=time.strftime("%Y-%m-%d"), command="python -m tools.bench " + " ".join(argv or sys.argv[1:]))
     print(" ".join(f"{k}={v}" for k, v in info.items()), flush=True)
     res = dict(info)
     if "loss" not in skip:
-        res.update(loss_figures(args, device))
+        res.update(loss_figures(setup, device))
         print(f"loss_overhead {res['loss_overhead']:.2f}  (cmd_loss + 2x MyLC vs 2x F.cross_entropy, fwd+bwd)")
         print(f"paper_ratio   {res['paper_ratio']:.2f}  (appendix CMDWithLoss time / cmd_loss time)", flush=True)
     if "step" not in skip:
         res["peers"] = {}
         for m in peers:
-            fig = step_figures(args, device, m)
+            fig = step_figures(setup, device, m)
             res["peers"][str(m)] = dict(step_ratio=fig["step_ratio"], cmd_step_ms=fig["step_ms"]["cmd_step"],
                                         ce_steps_ms=fig["step_ms"]["two_ce_steps"], peak_memory_mib=fig["peak_memory_mib"])
             if m == 2:
@@ -333,7 +344,7 @@ def main(argv=None):
             print(f"step_ratio    {fig['step_ratio']:.3f} (CMD step of {m} models / {m} CE steps; "
                   f"{fig['step_ms']['cmd_step']:.1f} ms vs {fig['step_ms']['two_ce_steps']:.1f} ms{memory})", flush=True)
     if "throughput" not in skip:
-        res["throughput"] = throughput_figures(args, device)
+        res["throughput"] = throughput_figures(setup, device)
         for k, v in res["throughput"].items():
             unit = "x" if "_over_" in k else "img/s"
             print(f"throughput {k:36s} {v:10.2f} {unit}", flush=True)

@@ -15,12 +15,12 @@ import time
 
 import torch
 
-import datasets
+from training import datasets
 import models
-from batches import Batches
+from training.batches import Batches
 from mutual import Method, mutual_step
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 SYNC_CASES = (("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"), ("mkd", "ce"), ("kdcl", "ce"))
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-import cuda_checks
+from tools import cuda_checks
 import train
 from mutual import LCS, MODES
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
         "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0"]
 METRIC_KEYS = {"epoch", "lr", "chi", "seconds", "train_loss_a", "train_loss_b", "test_acc_a", "test_acc_b",
@@ -268,7 +268,7 @@ def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
 def test_a_cohort_of_three_trains_resumes_bit_for_bit_and_a_pair_refuses_its_run(tmp_path, monkeypatch, capsys):
     import shutil
     import evaluate
-    import rundir
+    from training import rundir
     flags = TINY + ["--epochs", "2", "--peers", "3", "--arch", "cnn,mlp,cnn", "--mode", "static", "--eta", "1.1"]
     out = str(tmp_path / "cohort")
     real_save = rundir.save_checkpoint

@@ -1,7 +1,7 @@
 """Plot what train.py logged per epoch (the diagnostics behind §3-4) and, for a sweep, accuracy against b (Fig. 3).
 
-    python plot.py runs/RUN_A runs/RUN_B --out plots    # compare runs epoch by epoch
-    python plot.py sweeps/fig3-demo                     # Fig. 3: final accuracy against b
+    python -m tools.plot runs/RUN_A runs/RUN_B --out plots    # compare runs epoch by epoch
+    python -m tools.plot sweeps/fig3-demo                     # Fig. 3: final accuracy against b
 
 accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run; a
                     cohort adds C dotted, D dash-dot, ...

@@ -4,14 +4,14 @@ load          -- Data of the first 50 classes of WebVision's Google subset, test
                  on ILSVRC12 val (the paper's test set), from WebVision's own on-disk layout
 WEBVISION_URL -- where WebVision is downloaded (no library can fetch it)
 
-datasets.load_dataset("webvision", ...) calls load; its errors are datasets.DataError, one line each.
+datasets.load_dataset("webvision", ...) calls load; its errors are images.DataError, one line each.
 """
 import os
 import warnings
 
 from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 
-from datasets import IMAGENET_MEAN, IMAGENET_STD, Data, DataError, FileImages, first_line, label_array, require_file
+from training.images import IMAGENET_MEAN, IMAGENET_STD, Data, DataError, FileImages, first_line, label_array, require_file
 
 WEBVISION_URL = "https://data.vision.ee.ethz.ch/cvl/webvision/download.html"
 

@@ -48,7 +48,7 @@ from mutual import NAMES
 RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "check_images", "tensorboard", "provenance")
 ARITHMETIC = ("device", "compile", "amp", "channels_last")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
 class RunError(ValueError):

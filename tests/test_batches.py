@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import batches
-import datasets
-from datasets import load_dataset
+from training import batches
+from training import datasets
+from training.datasets import load_dataset
 from test_datasets import write_folder
 
 

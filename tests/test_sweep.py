@@ -9,17 +9,18 @@ import sys
 
 import pytest
 
-import paper_tables
-import plot
-import sweep
-import config
+from tools import paper_tables
+from tools import plot
+from tools import sweep
+from training import config
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
 def cli(script, *args, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(HERE, script), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=HERE)
+    """python -m tools.<script> ARGS from the repository root, as the README runs it."""
+    return subprocess.run([sys.executable, "-m", f"tools.{script.removesuffix('.py')}", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=HERE)
 
 
 def write(path, obj):
@@ -46,7 +47,7 @@ def test_smoke_sweep_writes_the_table_beside_the_paper(smoke):
     with open(os.path.join(out, "table1-smoke.md")) as f:
         md = f.read()
     assert "seeds 2" in md and "CPU (" in md and "torch " in md
-    assert re.search(r"`python sweep.py table1 --scale smoke --seeds 2 --out \S+ --gpus 2`", md)
+    assert re.search(r"`python -m tools.sweep table1 --scale smoke --seeds 2 --out \S+ --gpus 2`", md)
     assert len(re.findall(r"\| \d+\.\d\d ± \d+\.\d\d \(paper", md)) == 2  # the smoke grid: Zero/All x LS
     assert md.count("not run (paper") == 14 and "not run (paper 69.09)" in md
     accs = []
@@ -198,7 +199,7 @@ def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale,
 
 def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_diagnostics(tmp_path):
     """The demonstration's grid end to end at smoke size: histograms add up, the table has its diagnostics."""
-    import datasets
+    from training import datasets
     import numpy as np
     out = str(tmp_path)
     res = cli("sweep.py", "demo", "--scale", "smoke", "--seeds", "1", "--out", out, "--jobs", "2")
@@ -267,7 +268,7 @@ def test_plot_of_a_sweep_is_accuracy_against_b(tmp_path):
 def test_plot_without_matplotlib_is_one_line_and_fails(tmp_path):
     fake_run(str(tmp_path), {})
     code = ("import sys, runpy; sys.modules['matplotlib'] = None; "
-            f"sys.argv = ['plot.py', {str(tmp_path)!r}]; runpy.run_path('plot.py', run_name='__main__')")
+            f"sys.argv = ['plot.py', {str(tmp_path)!r}]; runpy.run_module('tools.plot', run_name='__main__')")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE)
     assert res.returncode != 0
     assert len(res.stderr.strip().splitlines()) == 1 and "pip install matplotlib" in res.stderr

@@ -1,7 +1,7 @@
 """Everything a GPU can tell us about this implementation, in one command (README "Performance").
 
-    python perf_suite.py --json perf.json          # one H100/H200: the full sizes, within --budget (8 min)
-    python perf_suite.py --json perf.json --small  # any machine in a minute or two; automatic without a GPU
+    python -m tools.perf_suite --json perf.json          # one H100/H200: the full sizes, within --budget (8 min)
+    python -m tools.perf_suite --json perf.json --small  # any machine in a minute or two; automatic without a GPU
 
 The parts, in the order they run. Every key is always written: a figure that could not be
 measured is null, and "reasons" in the JSON (and the table) says why.
@@ -23,8 +23,6 @@ run_suite          -- run the parts in order within --budget seconds; table -- t
 The checks themselves are cuda_checks.py; the timings are bench.py's functions.
 """
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
@@ -38,11 +36,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import bench
-import train
-from cuda_checks import SYNC_CASES, sync_free_samples, tail, torchrun_smoke
+from tools import bench
+from training import config
+from tools.cuda_checks import SYNC_CASES, sync_free_samples, tail, torchrun_smoke
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
@@ -93,7 +91,7 @@ KEYS = {
     "epochs": {
         "epoch_s": "train.py's three epochs (train + test), s",
         "epochs_100_min": "100 epochs extrapolated: epoch 1 + 99 x mean(epochs 2-3), min (target < 10)",
-        "epochs_other_s": "train.py's time outside its epochs: data, models, checkpoints, s",
+        "epochs_other_s": "train.py's time outside its epochs: starting Python, data, models, checkpoints, s",
         "peak_memory_gib": "peak CUDA memory allocated during those epochs, GiB"},
     "compile": {
         "eager_warmup_s": "eager: first steps' time beyond the steady speed, s", "eager_step_ms": "eager: step, ms",
@@ -134,8 +132,8 @@ def fresh_cache_env(tmp):
 # ---------------------------------------------------------------- timings
 
 def bench_args(sizes, arch, device):
-    """The argparse-like namespace bench.py's figures read; train.py's precision: bf16 on CUDA, float32 on CPU."""
-    return argparse.Namespace(arch=arch, num_classes=sizes.num_classes, batch_size=sizes.batch_size, image_size=32,
+    """bench.py's Setup for these sizes; train.py's precision: bf16 on CUDA, float32 on CPU."""
+    return bench.Setup(arch=arch, num_classes=sizes.num_classes, batch_size=sizes.batch_size, image_size=32,
                               amp="bf16" if device.type == "cuda" else "off", rounds=sizes.rounds,
                               warmup=sizes.warmup, repeats=sizes.repeats, images=sizes.images,
                               epochs=sizes.throughput_epochs, workers=sizes.workers)
@@ -145,7 +143,7 @@ def compile_child(mode, sizes, device, timeout):
     """bench.step_timing(mode) in a child with empty compile caches: (warmup_s, step_ms); RuntimeError if not."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "out.json")
-        cmd = [sys.executable, os.path.join(HERE, "perf_suite.py"), "--child-compile", mode, "--device", device.type,
+        cmd = [sys.executable, "-m", "tools.perf_suite", "--child-compile", mode, "--device", device.type,
                "--json", path] + (["--small"] if sizes == SMALL else [])
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE,
@@ -222,11 +220,10 @@ def part_epochs(res, sizes, device, budget):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run")
         t0 = time.perf_counter()
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                train.main(run_flags(sizes, device) + ["--out", out])
-        except SystemExit as e:  # train.py's one-line errors
-            raise RuntimeError(f"train.py exited with {e.code}") from None
+        run = subprocess.run([sys.executable, "train.py", *run_flags(sizes, device), "--out", out], cwd=HERE,
+                             capture_output=True, text=True)
+        if run.returncode != 0:  # train.py's one-line errors
+            raise RuntimeError(f"train.py exited with {run.returncode}: {tail(run.stderr)}")
         wall = time.perf_counter() - t0
         epochs = epoch_seconds(out)
     res.update(epoch_s=epochs, epochs_100_min=extrapolate_min(epochs), epochs_other_s=wall - sum(epochs))
@@ -349,7 +346,7 @@ def table(res):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    config.add_device_flag(p)
     p.add_argument("--small", action="store_true", help="small sizes (always on without CUDA)")
     p.add_argument("--budget", type=float, default=480, help="seconds the suite may take; later parts are skipped")
     p.add_argument("--skip", default="", help=f"comma list of parts to skip: {', '.join(PARTS)}")
@@ -357,7 +354,7 @@ def main(argv=None):
     p.add_argument("--child-compile", choices=COMPILE_MODES, help=argparse.SUPPRESS)  # one compiled step_timing
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda but torch sees no CUDA device")
+        p.error(config.NO_CUDA)
     unknown = set(filter(None, args.skip.split(","))) - set(PARTS)
     if unknown:
         p.error(f"unknown part(s) {', '.join(sorted(unknown))} in --skip; choose from {', '.join(PARTS)}")
@@ -372,7 +369,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(dict(warmup_s=warmup_s, step_ms=step_ms), f)
         return None
-    command = "python perf_suite.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m tools.perf_suite " + " ".join(sys.argv[1:] if argv is None else argv)
     res = run_suite(device, sizes, args.budget, skip=set(args.skip.split(",")), command=command)
     print(table(res))
     if args.json:

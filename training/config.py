@@ -17,10 +17,11 @@ import sys
 import warnings
 from typing import NamedTuple
 
-import datasets
+import torch
+
 import models
-import noise
 from mutual import LCS, MODES, NAMES
+from training import cifar_n, datasets
 
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
@@ -106,6 +107,25 @@ def note(message):
         print(message, flush=True)
 
 
+NO_CUDA = "--device cuda but torch sees no CUDA device; use --device cpu"
+
+
+def add_device_flag(p):
+    """--device, the same in train.py, evaluate.py and the tools."""
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="auto: CUDA when torch sees a GPU, else CPU")
+
+
+def pick_device(choice, local_rank=0):
+    """The torch.device of --device (under torchrun, this process's GPU); --device cuda without one: fail."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        fail(NO_CUDA)
+    if choice == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
 def ints(text):
     return [int(v) for v in text.split(",") if v]
 
@@ -139,10 +159,10 @@ def parser():
                    help="label noise: sym or pair, synthetic (§4.1); human: the CIFAR-N labels of cifar10/cifar100 "
                         "(default: sym, or none for food101/webvision, whose labels are noisy)")
     g.add_argument("--rate", type=float, help="noise rate r in [0, 1) (default 0.4 with --noise sym/pair)")
-    g.add_argument("--noise-file", help="--noise human: the CIFAR-N label file, from " + noise.CIFAR_N_URL +
+    g.add_argument("--noise-file", help="--noise human: the CIFAR-N label file, from " + cifar_n.CIFAR_N_URL +
                                         " (folder data/) (default <data-dir>/CIFAR-100_human.pt for cifar100, "
                                         "<data-dir>/CIFAR-10_human.pt for cifar10)")
-    g.add_argument("--noise-key", choices=tuple(noise.CIFAR10N_KEYS),
+    g.add_argument("--noise-key", choices=tuple(cifar_n.CIFAR10N_KEYS),
                    help="--noise human on cifar10: which CIFAR-10N labels (default worst, about 40%% wrong; "
                         "aggre: majority vote of three; random1-3: one annotator each)")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
@@ -201,8 +221,7 @@ def parser():
 
     g = p.add_argument_group("run control")
     g.add_argument("--seed", type=int, default=0, help="seeds noise, split, init, batch order, augmentation")
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                   help="auto: CUDA when torch sees a GPU, else CPU")
+    add_device_flag(g)
     g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
                    help="autocast precision (auto: bf16 on CUDA, off on CPU); losses are always float32")
     g.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto",
@@ -293,7 +312,7 @@ def resolve(args):
     args.b = b if args.b is None else args.b
     args.lc = args.lc or "mylc"
     if args.noise == "human":  # CIFAR-N: the labels and so the rate come from the file
-        if args.dataset not in noise.HUMAN_FILES:
+        if args.dataset not in cifar_n.HUMAN_FILES:
             fail(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
                  "choose --dataset cifar10/cifar100 or --noise sym/pair")
         if args.rate is not None:
@@ -301,7 +320,7 @@ def resolve(args):
         if args.dataset == "cifar100" and args.noise_key is not None:
             fail("--noise-key picks one of CIFAR-10N's label sets; CIFAR-100N has one: drop --noise-key")
         args.noise_key = args.noise_key or ("worst" if args.dataset == "cifar10" else None)
-        args.noise_file = args.noise_file or os.path.join(args.data_dir, noise.HUMAN_FILES[args.dataset])
+        args.noise_file = args.noise_file or os.path.join(args.data_dir, cifar_n.HUMAN_FILES[args.dataset])
     elif args.noise_file is not None or args.noise_key is not None:
         fail("--noise-file and --noise-key go with --noise human (CIFAR-N)")
     if args.noise is None:

@@ -1,26 +1,18 @@
 """Datasets, read from the on-disk layouts they are distributed in (paper appendix, "Datasets").
 
 DATASETS     -- the names load_dataset accepts
-DataError    -- bad or missing data; its message is one line that says what to do
-BadImages    -- a DataError for image files that cannot be read, all of them in .bad
-TensorImages -- a dataset that lives in memory as uint8 (N, 3, H, W): cifar10/100, synthetic, small folders
-FileImages   -- a dataset read from disk by DataLoader workers: food101, webvision, large folders
-Data         -- train set, named test sets, number of classes, normalisation mean/std
 load_dataset -- name -> Data (mini-WebVision's loader is webvision.py)
 CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
-take         -- the subset of a TensorImages / FileImages at some indices (validation split)
-open_image   -- open one image file; a bad file becomes a DataError naming it
-check_images -- decode every file of a list and raise BadImages listing each one that fails
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
 noise.py), real-noisy for food101 and webvision.
-How batches are drawn and augmented is batches.py.
+The types they are made of (Data, TensorImages, DataError, ...) are images.py; how batches are
+drawn and augmented is batches.py.
 """
 import contextlib
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -29,64 +21,15 @@ import torchvision
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
-import safe_pickle
-from synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, make_synthetic
+from training import safe_pickle, webvision
+# Data, DataError, take, check_images, ... are images.py's; train.py reaches them through this module too.
+from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataError, FileImages, TensorImages,
+                             check_images, first_line, label_array, open_image, require_file, take, to_rgb)
+from training.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, make_synthetic
 
 DATASETS = ("cifar100", "cifar10", "food101", "webvision", "folder", "synthetic")
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-class DataError(ValueError):
-    """Bad or missing data. str(error) is one line: what, where, what to do."""
-
-
-class BadImages(DataError):
-    """Image files that cannot be read: .bad is [(path, reason)] for every one found; str(error) is one line."""
-
-    def __init__(self, bad):
-        self.bad = list(bad)
-        (path, why), n = self.bad[0], len(self.bad)
-        super().__init__(f"cannot read image {path} ({why}); replace or delete the file" if n == 1 else
-                         f"{n} images cannot be read, the first {path} ({why}); replace or delete them")
-
-
-class TensorImages(NamedTuple):
-    images: torch.Tensor  # uint8, (N, 3, H, W), contiguous
-    labels: np.ndarray    # int64, (N,)
-
-
-class FileImages(NamedTuple):
-    paths: list[str]
-    labels: np.ndarray    # int64, (N,)
-    size: int             # training crop / test size in pixels
-    kind: str             # "food101" | "webvision" | "folder": picks the transforms
-
-
-class Data(NamedTuple):
-    train: TensorImages | FileImages
-    tests: dict[str, TensorImages | FileImages]  # {"test": ...}, webvision: {"webvision_val", "ilsvrc12_val"}
-    num_classes: int
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-
-
-def first_line(err):
-    """An exception's message cut to one line, for DataError messages."""
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"
-
-
-def label_array(values):
-    return np.asarray(values, dtype=np.int64).reshape(-1)
-
-
-def require_file(path, listed_in):
-    """Fail now, with the path, rather than in a DataLoader worker at epoch 1."""
-    if not os.path.isfile(path):
-        raise DataError(f"image {path} not found, though {listed_in} lists it; "
-                        f"check that the dataset is completely extracted under --data-dir")
 
 
 def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthetic_size=2000,
@@ -115,7 +58,6 @@ def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthet
     if name == "food101":
         return _food101(data_dir, image_size or 224, download)
     if name == "webvision":
-        import webvision  # here, not at the top: webvision.py builds on this module's types
         return webvision.load(data_dir, image_size or 299)
     return _folder(data_dir, image_size)
 
@@ -330,39 +272,3 @@ def _folder(data_dir, image_size, small=64):
     return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
 
 
-def take(ds, idx):
-    """The samples of a TensorImages or FileImages at indices idx (an int array)."""
-    idx = np.asarray(idx, dtype=np.int64)
-    if isinstance(ds, TensorImages):
-        return TensorImages(ds.images[torch.from_numpy(idx)].contiguous(), ds.labels[idx])
-    return ds._replace(paths=[ds.paths[i] for i in idx], labels=ds.labels[idx])
-
-
-def open_image(path, use):
-    """Open an image with PIL and return use(image); a bad file -> DataError naming it."""
-    try:
-        with Image.open(path) as im:
-            return use(im)
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise DataError(f"cannot read image {path} ({first_line(err)}); replace or delete the file") from err
-
-
-def check_images(paths, workers=1):
-    """Decode every image in full (a truncated JPEG fails only there), `workers` threads at a time;
-    raise BadImages naming each file that cannot be read."""
-    def reason(path):
-        try:
-            open_image(path, lambda im: im.load())
-        except DataError as err:
-            return first_line(err.__cause__)
-        return None
-
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        bad = [(p, why) for p, why in zip(paths, pool.map(reason, paths)) if why is not None]
-    if bad:
-        raise BadImages(bad)
-
-
-def to_rgb(im):
-    im.load()  # decode now, while the file is open
-    return im if im.mode == "RGB" else im.convert("RGB")

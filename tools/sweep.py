@@ -1,9 +1,9 @@
 """Run the paper's tables as grids of train.py runs and write each beside the paper's numbers (§4).
 
-    python sweep.py table1 --scale demo --seeds 3      # CPU: CMD-S/P vs zero/all knowledge, 12 runs
-    python sweep.py table2 --scale paper --gpus 4      # CIFAR-100 + ResNet34, four runs at a time
-    python sweep.py fig3 --scale smoke --dry-run       # only print the train.py commands
-    python sweep.py table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
+    python -m tools.sweep table1 --scale demo --seeds 3      # CPU: CMD-S/P vs zero/all knowledge, 12 runs
+    python -m tools.sweep table2 --scale paper --gpus 4      # CIFAR-100 + ResNet34, four runs at a time
+    python -m tools.sweep fig3 --scale smoke --dry-run       # only print the train.py commands
+    python -m tools.sweep table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
 MKD baselines, two architectures), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
@@ -36,9 +36,9 @@ import sys
 import time
 import warnings
 
-from paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
+from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
 
-TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
 # ---------------------------------------------------------------- running
 def run_jobs(todo, gpus=0, jobs=1):
@@ -278,7 +278,7 @@ def check_flags(todo, extra):
     (its rows, columns, scale, --seed, --out): the table would then label runs with settings they did not
     have. ValueError naming them. Then every run's train.py flags go through train.py's own checks
     (config.resolve): one that train.py would refuse ends the sweep with train.py's one-line error, exit 2."""
-    import config  # imports torch: only here, so the tables' tests need none
+    from training import config  # imports torch: only here, so the tables' tests need none
     set_by_grid = set().union(*(config.given(job["key"]) for job in todo)) | {"out"}
     clash = sorted(config.given(extra) & set_by_grid)
     if clash:
@@ -353,7 +353,7 @@ def main(argv=None):
                 trained += json.load(f).get("seconds", 0)
     header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | {hw} | torch {version} | "
               f"wall {time.time() - t0:.0f}s this invocation, {trained:.0f}s of training in all runs | "
-              f"`{shlex.join(['python', 'sweep.py', *argv])}`")
+              f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")
     path = sweep_dir + ".md"
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:

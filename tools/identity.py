@@ -1,0 +1,76 @@
+"""Same seed, same numbers: run a fixed list of short CPU trainings in a checkout and digest their metrics.
+
+    python -m tools.identity --repo . --json after.json
+    python -m tools.identity --repo /tmp/before --json before.json --compare after.json
+
+Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every mode x lc, mkd,
+kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair). The digest of a run is the
+SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every number
+bit-identical keeps every digest. --compare prints the configurations whose digests differ.
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+TINY = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "3", "--synthetic-size", "96",
+        "--synthetic-test-size", "48", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu",
+        "--workers", "0", "--seed", "3"]
+LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd")
+CONFIGS = {f"{mode}-{lc}": ["--mode", mode, "--lc", lc] for mode in ("zero", "all", "static", "progressive")
+           for lc in LCS}
+CONFIGS.update({
+    "mkd": ["--mode", "mkd"], "kdcl": ["--mode", "kdcl"],
+    "cohort3": ["--mode", "progressive", "--lc", "mylc", "--peers", "3"],
+    "pair-eta1.5": ["--mode", "static", "--eta", "1.5", "--noise", "pair", "--rate", "0.3"],
+    "val-subset": ["--mode", "progressive", "--val-split", "0.2", "--subset", "80"],
+    "cnn+resnet18": ["--mode", "progressive", "--arch", "cnn,resnet18"],
+})
+
+
+def digest(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    for r in rows:
+        r.pop("seconds")
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+
+
+def run(repo, name, flags, tmp):
+    out = os.path.join(tmp, name)
+    res = subprocess.run([sys.executable, "train.py", *TINY, *flags, "--out", out], cwd=repo, capture_output=True,
+                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if res.returncode != 0:
+        return name, "failed: " + (res.stderr.strip().splitlines() or ["?"])[-1]
+    return name, digest(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repo", default=".", help="the checkout whose train.py runs")
+    p.add_argument("--json", required=True, help="write {configuration: digest} here")
+    p.add_argument("--compare", help="another run's --json: list the configurations that differ")
+    p.add_argument("--jobs", type=int, default=2)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        got = dict(pool.map(lambda kv: run(os.path.abspath(args.repo), *kv, tmp), CONFIGS.items()))
+    with open(args.json, "w") as f:
+        json.dump(got, f, indent=1, sort_keys=True)
+    print(f"{len(got)} configurations, {sum(v.startswith('failed') for v in got.values())} failed")
+    if args.compare:
+        with open(args.compare) as f:
+            other = json.load(f)
+        differ = sorted(k for k in got if got[k] != other.get(k))
+        print(f"bit-identical metrics.jsonl (seconds aside): {len(got) - len(differ)}/{len(got)}")
+        for k in differ:
+            print(f"  differs: {k}: {got[k][:16]} vs {other.get(k, 'missing')[:16]}")
+        return 1 if differ else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The training program around the method: command line, data, batches, run directory, reports."""
