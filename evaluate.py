@@ -109,7 +109,7 @@ def load_model(path, arch, num_classes, device):
 def main(argv=None):
     args, rest = get_args(argv)
     data, pairs, num_classes, amp = settings(args, rest)
-    device = train.pick_device(args.device, 0)
+    device = config.pick_device(args.device)
     try:
         d, _, tests, _ = train.load_data(data)
     except datasets.DataError as e:
@@ -124,7 +124,7 @@ def main(argv=None):
     amp = "off" if device.type == "cpu" else {"auto": "bf16"}.get(amp, amp)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
-    evals = train.eval_batches(d, tests, device=device, rank=0, world=1, workers=args.workers, memory_format=fmt)
+    evals = train.eval_batches(d, tests, dict(device=device, rank=0, world=1, memory_format=fmt), args.workers)
     acc = evaluate(nets, evals, autocast, device)
     for name in tests:
         p = "test" if name == next(iter(tests)) else name

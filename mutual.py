@@ -1,6 +1,7 @@
 """The CMD method (paper §3): two models that each correct their own labels and distil their confident knowledge.
 
-Method      -- the method's hyperparameters (mode, lc, eta, b, each label correction's constants)
+Method      -- the method's hyperparameters (mode, lc, eta, b, each label correction's constants):
+               the one source of their defaults and of train.py's flags for them
 MODES, LCS  -- the knowledge modes and the self label corrections
 targets     -- q_tilde, one model's own target (label_correction.py)
 self_loss   -- L_selfKD of Eqs. 5-6 for one model
@@ -24,7 +25,7 @@ which is Eqs. 5-6 when M = 2.
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,27 +45,53 @@ LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd")
 ENTROPY_BINS = 40  # equal bins of H(p) over [0, ln K] for entropy_histogram
 
 
+ALIASES = {"cmd-s": "static", "cmd-p": "progressive"}  # the paper's names of the modes
+
+
+def knob(default, help, check=None):
+    """A field of Method: its default, its flag's help text (the paper's symbol first), and the values it
+    may take as (test, what it must be). training/config.py makes every field a flag from these."""
+    return field(default=default, metadata=dict(help=help, check=check))
+
+
+def unit(v):
+    return 0 <= v <= 1
+
+
+def positive(v):
+    return 0 < v < math.inf
+
+
 @dataclass(frozen=True)
 class Method:
-    """What the paper's method is made of; train.py builds one from its flags. Defaults: CMD-P + MyLC."""
-    mode: str = "progressive"      # zero | all | static (CMD-S) | progressive (CMD-P) | mkd (Eq. 2) | kdcl
-    lc: str = "mylc"               # self label correction: ce | ls | cp | bootsoft | proselflc | mylc | tfkd
-    eta: float | None = 4.0        # η of Eq. 7: chi starts from H(u)/η; inf or < 0: zero knowledge, (0, 1]: all
-    b: float | None = -5.0         # b of Eq. 7: 0 static, > 0 chi rises, < 0 chi falls over training
-    ls_eps: float = 0.25           # ε of LS: q~ = (1 - ε) q + ε u
-    cp_beta: float = 0.25          # β of CP: H(q, p) - β H(p)
-    bootsoft_eps: float = 0.25     # ε of Boot-soft: q~ = (1 - ε) q + ε p
-    proselflc_b: float = 6.0       # B of ProSelfLC: ε = s(t/Γ - transit, B) l(p)
-    proselflc_transit: float = 0.3  # transit of ProSelfLC, as a fraction of Γ
-    mylc_b1: float = 10.0          # b₁ of MyLC: ε = s(r - ρ, b₁) l(p), r from Eq. 8
-    mylc_rho: float = 0.5          # ρ of MyLC (the paper: 0.5)
-    tfkd_a: float = 0.99           # Tf-KD_reg: the hand-made teacher's probability on the label
-    tfkd_t: float = 20.0           # Tf-KD_reg: temperature T
-    tfkd_alpha: float = 0.1        # Tf-KD_reg: weight α of the KL term
-    tfkd_multiplier: float = 100.0  # Tf-KD_reg: the authors' code's multiplier of the KL term
-    mkd_eps: float = 0.5           # ε of Eq. 2 (0.5 is DML's CE + KL, halved)
-    kdcl_t: float = 2.0            # KDCL: temperature T
-    kdcl_lambda: float = 1.0       # KDCL: weight λ of the KL term
+    """What the paper's method is made of; train.py builds one from its flags. Defaults: CMD-P + MyLC.
+
+    Each field is also train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
+    """
+    mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
+                                    "progressive = CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = "
+                                    "KDCL-MinLogit. The paper's names cmd-s and cmd-p are accepted, in any case")
+    lc: str = knob("mylc", "self label correction q~ of each model")
+    eta: float | None = knob(MODES["progressive"][0], "η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero "
+                                                       "knowledge, (0, 1] with b = 0: all")
+    b: float | None = knob(MODES["progressive"][1], "b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls",
+                           (math.isfinite, "a finite number"))
+    ls_eps: float = knob(0.25, "LS ε in q~ = (1 - ε) q + ε u", (unit, "in [0, 1]"))
+    cp_beta: float = knob(0.25, "CP β in H(q, p) - β H(p)", (lambda v: 0 <= v < math.inf, "at least 0"))
+    bootsoft_eps: float = knob(0.25, "Boot-soft ε in q~ = (1 - ε) q + ε p", (unit, "in [0, 1]"))
+    proselflc_b: float = knob(6.0, "ProSelfLC slope B of ε = s(t/Γ - transit, B) l(p)", (math.isfinite, "a finite number"))
+    proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
+    mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
+    mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
+    tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
+                         (lambda v: 0 < v < 1, "in (0, 1)"))
+    tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
+    tfkd_alpha: float = knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]"))
+    tfkd_multiplier: float = knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
+                                  (math.isfinite, "a finite number"))
+    mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
+    kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
+    kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
 
     def chi(self, t, total, num_classes):
         """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd and kdcl, which have no threshold."""

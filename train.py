@@ -32,6 +32,7 @@ import threading
 import time
 import warnings
 from dataclasses import fields
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, sum_names
 from noise import add_noise
 from training.cifar_n import human_labels
 from training.progress import Progress
-from training.report import add_scalars, epoch_line, epoch_row, evaluate, final_accuracies, tensorboard
+from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
 
 def setup_distributed():
@@ -66,7 +67,7 @@ def load_data(args):
                               synthetic_size=args.synthetic_size, synthetic_classes=args.synthetic_classes,
                               synthetic_test_size=args.synthetic_test_size,
                               synthetic_difficulty=args.synthetic_difficulty, synthetic_shift=args.synthetic_shift)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed if args.subset_seed is None else args.subset_seed)
     keep = np.arange(len(d.train.labels))
     if args.subset is not None:
         if args.subset > len(keep):
@@ -81,34 +82,43 @@ def load_data(args):
     return d, datasets.take(d.train, keep), tests, keep
 
 
-def eval_batches(d, tests, **common):
-    """One Batches per test set: every sample once, in order, no augmentation."""
+def batch_args(args, d, setup):
+    """Batches' settings for the training set: batch size, augmentation (no flip for digits), normalisation,
+    device and rank."""
+    return dict(batch_size=args.batch_size, augment=args.augment == "paper", flip=args.dataset not in datasets.NO_FLIP,
+                mean=d.mean, std=d.std, workers=args.workers, **setup.placement())
+
+
+def eval_batches(d, tests, placement, workers):
+    """One Batches per test set: every sample once, in order, no augmentation. placement: Batches' device,
+    rank, world and memory_format (Setup.placement)."""
     return {name: Batches(v, labels=v.labels, clean=v.labels, batch_size=500, train=False, mean=d.mean, std=d.std,
-                          **common) for name, v in tests.items()}
+                          workers=workers, **placement) for name, v in tests.items()}
 
 
-def build_models(args, num_classes, device, channels_last):
-    """Models A and B (or the cohort's), their SGD optimisers and lr schedules, built before anything is written."""
+def build_models(args, num_classes, train, setup):
+    """Models A and B (or the cohort's), their SGD optimisers and lr schedules, built before anything is
+    written, and checked to take the training images' size."""
     torch.manual_seed(args.seed)
     try:
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
-        fmt = torch.channels_last if channels_last == "on" else torch.contiguous_format
-        nets = [n.to(device, memory_format=fmt) for n in nets]
+        nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
         opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
                 for n in nets]
         scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
     except (RuntimeError, ValueError) as e:
         fail(str(e).splitlines()[0])
-    return nets, opts, scheds, fmt
+    check_input_size(nets, args.arch.split(","), train, setup)
+    return rundir.Models(nets, opts, scheds)
 
 
 @torch.no_grad()
-def check_input_size(nets, archs, train, device, fmt):
+def check_input_size(nets, archs, train, setup):
     """Each model takes the training images' size: one forward pass of two blank images, in eval mode (no
     state changes, no random numbers), so that a network too deep for small images fails here, in one
     line, and not after the run's first files are written."""
     size = tuple(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else (3, train.size, train.size)
-    x = torch.zeros(2, *size, device=device).contiguous(memory_format=fmt)
+    x = torch.zeros(2, *size, device=setup.device).contiguous(memory_format=setup.fmt)
     for net, arch in zip(nets, archs):
         net.eval()
         try:
@@ -136,140 +146,151 @@ def check_files(args, train, tests, log):
 # ---------------------------------------------------------------- main
 
 def main(argv=None):
+    """The paper's procedure: the settings, the data with its noisy labels, models A and B, the epochs of
+    mutual_step (Eqs. 3-8), and the report. Returns summary.json's numbers (None on ranks other than 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = resolve(get_args(argv))
     method = Method(**{f.name: getattr(args, f.name) for f in fields(Method)})
-    rank, world, local_rank = setup_distributed()
-    device = pick_device(args.device, local_rank)
-    amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
-    channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
-    config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
-    config.update(amp=amp, channels_last=channels_last, world_size=world)
-    log = print if rank == 0 else (lambda *a, **k: None)
-    try:
-        ckpt = rundir.check_out(args.out, config, args.resume)
-    except rundir.RunError as e:
-        fail(str(e))
-    if rundir.is_finished(args.out, ckpt, args.epochs):
-        log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
+    setup = Setup.of(args)
+    run = open_run(args, setup)
+    if run.finished(args.epochs):
+        setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
         return rundir.read_json(args.out, "summary.json")
-    if dist.is_initialized():
-        dist.barrier()  # every rank has checked --out before rank 0 writes into it
-    log("settings: " + " ".join(f"{k}={v}" for k, v in config.items()))
-    if args.resume and ckpt is None:
-        print(f"train.py: note: {args.out} has no checkpoint yet (it stopped in its first epoch); "
-              f"starting it again from epoch 1", file=sys.stderr)
-    changed = rundir.arithmetic_changes(ckpt, config)
-    if changed and rank == 0:
-        print("train.py: warning: resuming with " + ", ".join(f"{k} {now} (before: {was})" for k, (was, now) in
-                                                               changed.items()) +
-              "; the arithmetic differs, so the results will not equal an uninterrupted run's (config.json records "
-              "it)", file=sys.stderr)
 
-    d, train, tests, noisy = data_and_labels(args, ckpt, log)
-    k, clean = d.num_classes, train.labels
-    if len(clean) < 2 * world:  # BatchNorm needs 2 samples a process, so no batch could be made
-        fail(f"{len(clean)} training sample{'s' if len(clean) != 1 else ''} after --subset and --val-split: each of "
-             f"the {world} process{'es' if world > 1 else ''} needs at least 2; keep more samples")
-    known_clean = args.noise != "none"  # clean labels known: precision and memorisation can be measured
-    log(f"data: {args.dataset} train {len(clean)} ({k} classes, realised noise {np.mean(noisy != clean):.3f}) "
-        + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
-    nets, opts, scheds, fmt = build_models(args, k, device, channels_last)
-    check_input_size(nets, args.arch.split(","), train, device, fmt)
-    start_epoch, r = 0, [torch.zeros((), device=device) for _ in nets]  # MyLC's r of each model: 0 in epoch 0
-    if ckpt is not None:
-        start_epoch, r = rundir.restore(ckpt, nets, opts, scheds, device)
-        log(f"resumed from {args.out}/checkpoint.pt at epoch {start_epoch}")
-    if dist.is_initialized():  # under torchrun, also with one process: the collectives run as they will on more
-        nets = [torch.nn.parallel.DistributedDataParallel(n, device_ids=[local_rank] if device.type == "cuda" else None)
-                for n in nets]
-        log(f"distributed: {world} process{'es' if world > 1 else ''}, {dist.get_backend()} backend, "
-            f"DistributedDataParallel")
-    fwd = [torch.compile(n) for n in nets] if args.compile else nets
-    autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
-                    enabled=amp != "off")
-    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
-    common = dict(device=device, rank=rank, world=world, workers=args.workers, memory_format=fmt)
-    batches = Batches(train, labels=noisy, clean=clean, batch_size=args.batch_size, augment=args.augment == "paper",
-                      mean=d.mean, std=d.std, **common)
-    evals = eval_batches(d, tests, **common)
-    progress = Progress(batches.steps(), args.epochs, args.batch_size, every=args.log_every, enabled=rank == 0)
-    clock = rundir.RunClock(ckpt.get("seconds", 0.0) if ckpt else 0.0, start_epoch)
-    config["provenance"] = rundir.provenance(device, world)
-
-    row = writer = summary = None
+    d, train, tests, noisy = data_and_labels(args, run, setup)  # §4.1: the given labels are noisy
+    models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)
+    start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
+    loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
+        args, d, setup)))
+    evals = eval_batches(d, tests, setup.placement(), args.workers)
+    row = summary = writer = None
     try:
-        if rank == 0:  # every input is valid: from here on the run writes into --out
-            try:
-                os.makedirs(args.out, exist_ok=True)
-            except OSError as e:  # what the checks could not foresee: a read-only file system, /proc, a full disk
-                fail(f"--out {args.out} cannot be created: {e.strerror or e}; choose another --out")
-            rundir.record_start(args.out, config, resumed=args.resume, changed=changed)
-            if ckpt is None:
-                np.save(os.path.join(args.out, "noisy_labels.npy"), noisy)
-            rundir.trim_metrics(args.out, start_epoch)
-            writer = tensorboard(args.out) if args.tensorboard else None
+        run.start(noisy, d.num_classes)
+        writer = tensorboard(args.out) if args.tensorboard and setup.rank == 0 else None
         for epoch in range(start_epoch, args.epochs):
             t0 = time.time()
-            s, hist, lr, r = train_epoch(fwd, opts, scheds, batches, method, epoch, args.epochs, args.seed, k, r,
-                                         autocast, scaler, progress)
+            s, hist, lr, r = train_epoch(loop, epoch, r, d.num_classes)  # Eqs. 3-6 each step, χ of Eq. 7
             if s["nonfinite"] > 0:
-                progress.clear()
-                fail(f"loss became NaN/inf in epoch {epoch + 1}; " +
-                     (f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint") +
-                     ". Try a lower --lr or --amp off")
-            results = evaluate(fwd, evals, autocast, device)
-            row = epoch_row(s, len(nets), epoch + 1, lr, method.chi(epoch + 1, args.epochs, k), time.time() - t0, k,
-                            known_clean, results)
-            seconds = clock.tick()
-            with rundir.uninterrupted():  # a Ctrl-C lands after the epoch's files, never among them
-                if rank == 0:
-                    rundir.append_metrics(args.out, row)
-                    rundir.append_entropy_hist(args.out, epoch + 1, hist.cpu().numpy(), k,
-                                               method.chi(epoch, args.epochs, k), row["chi"], known_clean)
-                    rundir.save_checkpoint(args.out, config, epoch + 1, nets, opts, scheds, r, device, seconds)
-                clock.saved = epoch + 1
-            if rank == 0:
-                progress.clear()
-                print(epoch_line(row, len(nets)), flush=True)
-                if writer is not None:
-                    add_scalars(writer, row)
-        if rank == 0:
-            summary = finish(args, row, clock, nets, d, train, writer)
-    except (KeyboardInterrupt, datasets.DataError) as e:
-        stopped(e, args, argv, progress, clock, rank)
+                loop.progress.clear()
+                fail(f"loss became NaN/inf in epoch {epoch + 1}; " + (f"kept the checkpoint of epoch {epoch}" if
+                     epoch else "no epoch had finished to checkpoint") + ". Try a lower --lr or --amp off")
+            results = evaluate(loop.fwd, evals, loop.autocast, setup.device)
+            head = dict(epoch=epoch + 1, lr=lr, chi=method.chi(epoch + 1, args.epochs, d.num_classes),
+                        seconds=time.time() - t0)
+            row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
+            run.log_epoch(row, hist.cpu().numpy(), method.chi(epoch, args.epochs, d.num_classes), models, r)
+            report_epoch(row, loop, setup.rank, writer)
+        if setup.rank == 0:
+            summary = finish(args, row, run, models, d, train, writer)
+    except (KeyboardInterrupt, datasets.DataError, rundir.RunError) as e:
+        stopped(e, run, argv, loop.progress, setup.rank)
     if dist.is_initialized():
         dist.destroy_process_group()
     return summary
 
 
-def finish(args, row, clock, nets, d, train, writer):
-    """The end of a run (rank 0): the final weights, summary.json, the last line. Returns the summary."""
-    summary = final_accuracies(row if row is not None else rundir.last_metrics(args.out))
-    summary.update(epochs=args.epochs, seconds=round(clock.total(), 1))
-    size = list(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else [3, train.size, train.size]
-    rundir.save_weights(args.out, nets, args.arch.split(","), meta=dict(
-        dataset=args.dataset, num_classes=d.num_classes, epoch=args.epochs, input_size=size, mean=d.mean, std=d.std))
-    rundir.write_json(args.out, "summary.json", summary)  # last: its presence marks the run finished
-    if writer is not None:
-        writer.close()
-    print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +
-          f" | {summary['seconds']}s of training | {args.out}")
-    return summary
+class Setup(NamedTuple):
+    """Where and how this process computes: its rank among torchrun's processes, the device, the autocast
+    precision and memory format, and the config.json record of every setting."""
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    amp: str            # bf16 | fp16 | off
+    channels_last: str  # on | off
+    config: dict
+
+    @classmethod
+    def of(cls, args):
+        rank, world, local_rank = setup_distributed()
+        device = pick_device(args.device, local_rank)
+        amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
+        channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
+        config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
+        config.update(amp=amp, channels_last=channels_last, world_size=world)
+        return cls(rank, world, local_rank, device, amp, channels_last, config)
+
+    @property
+    def fmt(self):
+        return torch.channels_last if self.channels_last == "on" else torch.contiguous_format
+
+    def placement(self):
+        """Where batches go: Batches' device, rank, world and memory_format."""
+        return dict(device=self.device, rank=self.rank, world=self.world, memory_format=self.fmt)
+
+    def log(self, *a, **k):
+        if self.rank == 0:
+            print(*a, **k)
 
 
-def data_and_labels(args, ckpt, log):
-    """load_data, --check-images, and the labels trained on (the run's own on resume); bad data: one line."""
+def open_run(args, setup):
+    """The run directory: checked (a fresh --out, or a run to resume with the same settings) before anything
+    is read or written; says what a resume changes."""
+    try:
+        run = rundir.Run(args.out, setup.config, args.resume, writes=setup.rank == 0)
+    except rundir.RunError as e:
+        fail(str(e))
+    if dist.is_initialized():
+        dist.barrier()  # every rank has checked --out before rank 0 writes into it
+    if run.finished(args.epochs):
+        return run
+    setup.log("settings: " + " ".join(f"{k}={v}" for k, v in setup.config.items()))
+    setup.config["provenance"] = rundir.provenance(setup.device, setup.world)  # config.json, not compared on resume
+    if args.resume and run.ckpt is None:
+        print(f"train.py: note: {args.out} has no checkpoint yet (it stopped in its first epoch); "
+              f"starting it again from epoch 1", file=sys.stderr)
+    if run.changed and setup.rank == 0:
+        print("train.py: warning: resuming with " + ", ".join(f"{k} {now} (before: {was})" for k, (was, now) in
+                                                               run.changed.items()) +
+              "; the arithmetic differs, so the results will not equal an uninterrupted run's (config.json records "
+              "it)", file=sys.stderr)
+    return run
+
+
+class Loop(NamedTuple):
+    """What every epoch uses: the models as called (DDP- or torch.compile-wrapped), their optimisers and lr
+    schedules, the batches, the method, the run's length and seed, the precision, and the progress line."""
+    fwd: list
+    models: rundir.Models
+    batches: Batches
+    method: Method
+    epochs: int
+    seed: int
+    autocast: dict
+    scaler: torch.amp.GradScaler
+    progress: Progress
+
+    @classmethod
+    def of(cls, args, setup, models, method, batches):
+        """The loop of this run; models: rundir.Models, wrapped here for torchrun and --compile."""
+        nets = models.nets
+        if dist.is_initialized():  # under torchrun, also with one process: the collectives run as they will on more
+            ids = [setup.local_rank] if setup.device.type == "cuda" else None
+            nets = [torch.nn.parallel.DistributedDataParallel(n, device_ids=ids) for n in nets]
+            setup.log(f"distributed: {setup.world} process{'es' if setup.world > 1 else ''}, "
+                      f"{dist.get_backend()} backend, DistributedDataParallel")
+        fwd = [torch.compile(n) for n in nets] if args.compile else nets
+        autocast = dict(device_type=setup.device.type, dtype=torch.bfloat16 if setup.amp == "bf16" else torch.float16,
+                        enabled=setup.amp != "off")
+        scaler = torch.amp.GradScaler(setup.device.type, enabled=setup.amp == "fp16")
+        progress = Progress(batches.steps(), args.epochs, args.batch_size, every=args.log_every,
+                            enabled=setup.rank == 0)
+        return cls(fwd, rundir.Models(nets, models.opts, models.scheds), batches, method, args.epochs, args.seed,
+                   autocast, scaler, progress)
+
+
+def data_and_labels(args, run, setup):
+    """load_data, --check-images, and the labels trained on (the run's own on resume); bad data: one line.
+    Returns (Data, the training set, the test sets, the given labels of the training set)."""
     try:
         d, train, tests, keep = load_data(args)
         if args.check_images:
-            check_files(args, train, tests, log)
-        if ckpt is not None:
-            return d, train, tests, rundir.load_noisy_labels(args.out, len(train.labels), d.num_classes)
-        if args.noise == "human":  # CIFAR-N: one human label per training image, in its order
-            human = human_labels(args.noise_file, args.dataset, args.noise_key, d.train.labels, d.num_classes)
-            return d, train, tests, human[keep]  # the indices --subset and --val-split kept, as for the images
-        return d, train, tests, add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
+            check_files(args, train, tests, setup.log)
+        noisy = run.noisy_labels(len(train.labels), d.num_classes)
+        if noisy is None and args.noise == "human":  # CIFAR-N: one human label per training image, in its order
+            noisy = human_labels(args.noise_file, args.dataset, args.noise_key, d.train.labels, d.num_classes)[keep]
+        elif noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
+            noisy = add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
     except datasets.BadImages as e:
         if len(e.bad) > 1:  # one line per file, then the error line
             for path, why in e.bad:
@@ -277,27 +298,36 @@ def data_and_labels(args, ckpt, log):
         fail(str(e))
     except (datasets.DataError, rundir.RunError) as e:
         fail(str(e))
+    if len(noisy) < 2 * setup.world:  # BatchNorm needs 2 samples a process, so no batch could be made
+        fail(f"{len(noisy)} training sample{'s' if len(noisy) != 1 else ''} after --subset and --val-split: each of "
+             f"the {setup.world} process{'es' if setup.world > 1 else ''} needs at least 2; keep more samples")
+    setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise "
+              f"{np.mean(noisy != train.labels):.3f}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
+    return d, train, tests, noisy
 
 
-def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, autocast, scaler, progress):
-    """One epoch of mutual_step, then the lr schedule. Returns (the epoch's sums {mutual.sum_names: host
-    float}, the (M, 2, bins) entropy histograms on the device, the epoch's lr, MyLC's r for the next epoch)."""
-    for n in nets:
+def train_epoch(loop, epoch, r, k):
+    """One epoch of mutual_step, then the lr schedule. k: the number of classes K. Returns (the epoch's sums
+    {mutual.sum_names: host float}, the (M, 2, bins) entropy histograms on the device, the epoch's lr, MyLC's
+    r for the next epoch)."""
+    for n in loop.fwd:
         n.train()
-    device, m, names = batches.device, len(nets), sum_names(len(nets))
-    acc = torch.zeros(len(names), device=device)           # summed on the device, read once an epoch
-    hist = torch.zeros(m, 2, ENTROPY_BINS, device=device)  # H(p) of each model, clean / noisy given labels
-    lr, steps = opts[0].param_groups[0]["lr"], batches.steps()
+    batches, progress, m = loop.batches, loop.progress, len(loop.fwd)
+    names = sum_names(m)
+    acc = torch.zeros(len(names), device=batches.device)           # summed on the device, read once an epoch
+    hist = torch.zeros(m, 2, ENTROPY_BINS, device=batches.device)  # H(p) of each model, clean / noisy given labels
+    lr, steps = loop.models.opts[0].param_groups[0]["lr"], batches.steps()
     progress.start_epoch(epoch)
     losses = [names.index(f"loss_{x}") for x in NAMES[:m]]
 
     def running_losses():  # L_A, L_B so far; waits for the device, so only when a progress line is due
         return (acc[losses] / acc[names.index("samples")]).tolist()
 
-    for i, (x, y, y_clean) in enumerate(batches.epoch(seed, epoch)):
+    for i, (x, y, y_clean) in enumerate(batches.epoch(loop.seed, epoch)):
         t = epoch + i / steps  # fractional epochs, for Eq. 7 and ProSelfLC
-        sums, step_hist = mutual_step(nets, opts, x, y, y_clean, method=method, chi=method.chi(t, epochs, k),
-                                      progress=t / epochs, r=r, autocast=autocast, scaler=scaler)
+        sums, step_hist = mutual_step(loop.fwd, loop.models.opts, x, y, y_clean, method=loop.method,
+                                      chi=loop.method.chi(t, loop.epochs, k), progress=t / loop.epochs, r=r,
+                                      autocast=loop.autocast, scaler=loop.scaler)
         acc += sums
         hist += step_hist
         progress.update(i + 1, running_losses)
@@ -308,7 +338,7 @@ def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, 
     s = dict(zip(names, acc.tolist()))  # the one host sync of the epoch
     if s["nonfinite"] > 0:
         return s, hist, lr, r
-    for sc in scheds:
+    for sc in loop.models.scheds:
         sc.step()
     # MyLC's r for the next epoch: Eq. 8 over this epoch's training predictions, kept on the device
     on_device = dict(zip(names, acc.unbind()))
@@ -316,27 +346,43 @@ def train_epoch(nets, opts, scheds, batches, method, epoch, epochs, seed, k, r, 
     return s, hist, lr, r
 
 
-def stopped(err, args, argv, progress, clock, rank):
-    """Ctrl-C, or an image that cannot be read, in the middle of training: add the time of the epoch cut
-    short to the checkpoint's total, then one line that says where the run stopped, what is kept and the
-    command that resumes it. Exit 130 (128 + SIGINT, what a shell reports for Ctrl-C) or 2 (bad data)."""
+def report_epoch(row, loop, rank, writer):
+    """The epoch's console line (rank 0), and its TensorBoard scalars with --tensorboard."""
+    if rank != 0:
+        return
+    loop.progress.clear()
+    print(epoch_line(row, len(loop.fwd)), flush=True)
+    if writer is not None:
+        add_scalars(writer, row)
+
+
+def finish(args, row, run, models, d, train, writer):
+    """The end of a run (rank 0): the final weights, summary.json, the last line. Returns the summary."""
+    size = list(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else [3, train.size, train.size]
+    summary = run.finish(row, models, meta=dict(dataset=args.dataset, num_classes=d.num_classes, epoch=args.epochs,
+                                                input_size=size, mean=d.mean, std=d.std))
+    if writer is not None:
+        writer.close()
+    print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +
+          f" | {summary['seconds']}s of training | {args.out}")
+    return summary
+
+
+def stopped(err, run, argv, progress, rank):
+    """Ctrl-C, an image that cannot be read, or an --out that cannot be made, in the middle of training: add
+    the time of the epoch cut short to the checkpoint's total, then one line that says where the run stopped,
+    what is kept and the command that resumes it. Exit 130 (128 + SIGINT, what a shell reports for Ctrl-C) or
+    2 (bad data)."""
+    if isinstance(err, rundir.RunError):  # --out could not be made: nothing was written
+        fail(str(err))
     progress.clear()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # let the bookkeeping finish
     try:
-        if rank == 0:
-            rundir.add_seconds(args.out, clock.since_tick())
+        where, kept = run.stopped_at(progress)
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-    if progress.epoch is None or clock.saved == progress.epoch + 1:  # no epoch is under way
-        where = f"after epoch {clock.saved}/{args.epochs}" if clock.saved else f"before epoch 1/{args.epochs}"
-    else:
-        where = (f"in epoch {progress.epoch + 1}/{args.epochs} " +
-                 (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}" if progress.t_train_end is None
-                  else "while testing"))
-    kept = (f"{args.out}/checkpoint.pt holds epoch {clock.saved}" if clock.saved else
-            "no epoch had finished, so it starts again from epoch 1")
     resume = f"resume with: {rundir.resume_command(argv)}"
     if isinstance(err, datasets.DataError):
         fail(f"{err} ({where}); {kept}; {resume}")

@@ -341,3 +341,113 @@ def test_plot_of_a_sweep_with_nothing_to_draw_leaves_no_folder(tmp_path):
     res = cli("plot.py", str(tmp_path / "sweep"), "--out", str(tmp_path / "png"))
     assert res.returncode == 1 and "no runs that differ only in b" in res.stderr
     assert not (tmp_path / "png").exists()
+
+
+def captured_figures(monkeypatch):
+    """{png name: matplotlib Figure} of what plot.py saves from now on (the figures are still saved)."""
+    figs, save = {}, plot.save
+
+    def keep(plt, fig, path):
+        figs[os.path.basename(path)] = fig
+        return save(plt, fig, path)
+    monkeypatch.setattr(plot, "save", keep)
+    return figs
+
+
+def legend_texts(fig):
+    return [t.get_text() for lg in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+            for t in lg.get_texts()]
+
+
+THRESHOLDS = dict(zero=("inf", 0.0), all=(1.0, 0.0), static=(4.0, 0.0), progressive=(4.0, -5.0), mkd=(None, None),
+                  kdcl=(None, None))  # (eta, b) as config.json holds them
+
+
+def plot_legends(tmp_path, monkeypatch, configs):
+    pytest.importorskip("matplotlib")
+    dirs = []
+    for i, c in enumerate(configs):
+        eta, b = THRESHOLDS[c.get("mode", "progressive")]
+        dirs.append(str(tmp_path / f"run{i}"))
+        fake_run(dirs[-1], dict(dict(eta=eta, b=b, lc="ce" if eta is None else "mylc"), **c))
+    figs = captured_figures(monkeypatch)
+    plot.plot_runs(plot.pyplot(), [plot.load_run(d) for d in dirs], str(tmp_path))
+    return {name: legend_texts(fig) for name, fig in figs.items()}
+
+
+def test_plot_legends_name_the_knowledge_modes_in_the_papers_words(tmp_path, monkeypatch):
+    legends = plot_legends(tmp_path, monkeypatch, [dict(mode=m) for m in ("zero", "all", "static", "progressive")])
+    names = ["Zero knowledge", "All knowledge (η=1)", "CMD-S (η=4)", "CMD-P (η=4, b=−5)"]  # −: a real minus sign
+    assert legends["accuracy.png"] == [f"{n}, model {m}" for n in names for m in "AB"]
+    assert legends["memorization.png"] == legends["accuracy.png"]
+    assert legends["chi.png"] == names
+    assert "CMD-P (η=4, b=−5), B→A" in legends["selection.png"] and "Zero knowledge, A→B" in legends["selection.png"]
+    legends = plot_legends(tmp_path / "baselines", monkeypatch, [dict(mode="mkd"), dict(mode="kdcl")])
+    assert legends["accuracy.png"] == ["MKD (Eq. 2), model A", "MKD (Eq. 2), model B", "KDCL, model A", "KDCL, model B"]
+
+
+def test_plot_legends_add_the_label_correction_or_the_seed_only_where_the_runs_differ_by_it(tmp_path, monkeypatch):
+    legends = plot_legends(tmp_path / "lc", monkeypatch, [dict(lc="mylc"), dict(lc="proselflc"), dict(mode="mkd")])
+    assert legends["chi.png"] == ["CMD-P (η=4, b=−5) + MyLC", "CMD-P (η=4, b=−5) + ProSelfLC", "MKD (Eq. 2)"]
+    assert legends["accuracy.png"][0] == "CMD-P (η=4, b=−5) + MyLC, model A"
+    legends = plot_legends(tmp_path / "seed", monkeypatch, [dict(seed=0), dict(seed=1, mode="zero")])
+    assert legends["accuracy.png"][::2] == ["CMD-P (η=4, b=−5), seed 0, model A", "Zero knowledge, seed 1, model A"]
+    legends = plot_legends(tmp_path / "eta", monkeypatch, [dict(mode="static", eta=2.0), dict(mode="static")])
+    assert legends["chi.png"] == ["CMD-S (η=2)", "CMD-S (η=4)"]  # nothing else told apart: the lc is not named
+    legends = plot_legends(tmp_path / "one", monkeypatch, [dict(rate=0.2, seed=3)])
+    assert legends["chi.png"] == ["CMD-P (η=4, b=−5) + MyLC, 20% symmetric noise, seed 3"]  # alone: what it is
+    assert not any("eta" in t or "-5" in t for texts in legends.values() for t in texts)
+
+
+def fake_hist(d, chi_start, chi_end, models=2, bins=4):
+    import numpy as np
+    epochs = len(chi_end)
+    counts = np.arange(epochs * models * 2 * bins).reshape(epochs, models, 2, bins) % 7 + 1
+    counts[:, 1] *= 10  # model B's bars ten times as tall as A's: a shared y-axis per row, not over the figure
+    np.savez(os.path.join(d, plot.HIST), epoch=np.arange(1, epochs + 1), counts=counts,
+             edges=np.linspace(0, math.log(4), bins + 1), known_clean=np.array(True),
+             chi_start=np.array(chi_start, float), chi_end=np.array(chi_end, float))
+
+
+def test_plot_of_entropy_shares_y_within_a_row_and_names_chi_at_the_start_and_end_of_the_epoch(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    d = str(tmp_path / "run")
+    fake_run(d, {})
+    fake_hist(d, chi_start=[0.9, 0.6, 0.3], chi_end=[0.6, 0.3, 0.1])  # CMD-P: χ falls during each epoch
+    figs = captured_figures(monkeypatch)
+    plot.plot_runs(plot.pyplot(), [plot.load_run(d)], str(tmp_path))
+    fig = figs["entropy.png"]
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == [f"{m}, epoch {e}" for m in "AB" for e in (1, 2, 3)]
+    a, b = axes[:3], axes[3:]
+    for row in (a, b):
+        assert all(row[0].get_shared_y_axes().joined(row[0], ax) for ax in row[1:])
+        assert len({ax.get_ylim() for ax in row}) == 1
+    assert not a[0].get_shared_y_axes().joined(a[0], b[0]) and a[0].get_ylim() != b[0].get_ylim()
+    texts = legend_texts(fig)
+    assert texts == ["clean given label", "noisy given label", "χ at the epoch's start", "χ at the epoch's end"]
+    styles = [h.get_linestyle() for h in fig.legends[0].legend_handles[2:]]
+    assert styles == [":", "-"]  # as the lines are drawn: dotted at the start, solid at the end
+    assert "CMD-P (η=4, b=−5) + MyLC" in fig._suptitle.get_text()
+    fake_hist(d, chi_start=[0.5, 0.5], chi_end=[0.5, 0.5])  # CMD-S: χ stays put, one line where both are
+    (tmp_path / "static").mkdir()
+    plot.plot_runs(plot.pyplot(), [plot.load_run(d)], str(tmp_path / "static"))
+    assert legend_texts(figs["entropy.png"])[2:] == ["χ, the same at the epoch's start and end"]
+
+
+def test_sweep_table_note_on_missing_seeds_appears_only_when_a_cell_lacks_seeds():
+    t = sweep.PRESETS["table1"][0]
+    cols = [c[0] for c in t["cols"]]
+    note = lambda cells, seeds: sweep.render_table(t, cells, seeds)[-2]  # noqa: E731
+    assert note({("zero", cols[0]): (50.0, None, 1)}, 1).endswith("(final test accuracy, %), one seed.")
+    full = {("zero", cols[0]): (50.0, 1.0, 3), ("all", cols[0]): "failed"}
+    assert note(full, 3).endswith("(final test accuracy, %), mean ± sample std (ddof=1) over 3 seeds.")
+    assert "(n=" not in "\n".join(sweep.render_table(t, full, 3))
+    one_short = {**full, ("all", cols[1]): (50.0, 1.0, 2)}
+    assert note(one_short, 3).endswith("over 3 seeds. (n=2) marks the cell where only 2 of the 3 seeds finished.")
+    assert "| 50.00 ± 1.00 (n=2) (paper" in "\n".join(sweep.render_table(t, one_short, 3))
+    several = {**one_short, ("all", cols[2]): (50.0, None, 1), ("static", cols[0]): (50.0, 1.0, 2)}
+    assert note(several, 3).endswith("(n=1) and (n=2) mark the 3 cells where only 1 or 2 of the 3 seeds finished.")
+    three = {("zero", cols[0]): (1.0, None, 1), ("all", cols[0]): (1.0, 1.0, 2), ("static", cols[0]): (1.0, 1.0, 3)}
+    assert note(three, 4).endswith(
+        "(n=1), (n=2) and (n=3) mark the 3 cells where only 1, 2 or 3 of the 4 seeds finished.")

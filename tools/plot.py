@@ -5,19 +5,23 @@
 
 accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run; a
                     cohort adds C dotted, D dash-dot, ...
-chi.png          -- the selection threshold chi of Eq. 7 at the end of each epoch
+chi.png          -- the selection threshold χ of Eq. 7 at the end of each epoch
 selection.png    -- fraction of samples whose peer target was distilled (b2a solid, a2b dashed; for a
                     cohort the mean over its N(N-1) pairs); its precision, the fraction of those
                     targets whose argmax is the clean label; its recall, the fraction of
-                    clean-labelled samples that passed chi
+                    clean-labelled samples that passed χ
 memorization.png -- fraction of noisy-labelled samples the model predicts as their wrong given label
 entropy.png      -- per run (entropy-<run>.png for several, with parent folders when names collide):
-                    histograms of H(p) over the training samples at a few epochs, a row per model,
-                    clean given labels and noisy ones overlaid, chi as a vertical line; what passes
-                    chi (left of the line) is what the model teaches its peer
+                    histograms of H(p) over the training samples at a few epochs, a row per model
+                    (sharing its y-axis), clean given labels and noisy ones overlaid, χ at the epoch's
+                    start and end as vertical lines; what passes χ (left of the line) is what the
+                    model teaches its peer
 b_sweep.png      -- a sweep directory (run folders with summary.json): final test_acc_mean against b,
-                    one line per noise rate or eta, error bars = sample std over seeds; two panels
-                    like Fig. 3 when both the rate and eta vary
+                    one line per noise rate or η, error bars = sample std over seeds; two panels
+                    like Fig. 3 when both the rate and η vary
+
+Legends name runs in the paper's words, "CMD-P (η=4, b=−5), model A", adding what else tells the
+compared runs apart: "+ MyLC" (the label correction), the noise, the architecture, the seed.
 
 A RUN_DIR holds metrics.jsonl and config.json (written by train.py). Output goes to --out, by
 default into the RUN_DIR itself when one is given, else plots/. Needs matplotlib, an optional extra
@@ -28,6 +32,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import zipfile
 from collections import defaultdict
 
@@ -62,23 +67,62 @@ def load_run(d):
     return dict(dir=d, config=config, rows=rows, hist=hist)
 
 
+MINUS = "\u2212"  # a real minus sign, not a hyphen
+MODE_NAMES = {"zero": "Zero knowledge", "all": "All knowledge", "static": "CMD-S", "progressive": "CMD-P",
+              "mkd": "MKD (Eq. 2)", "kdcl": "KDCL"}  # the paper's names of the knowledge modes
+LC_NAMES = {"ce": "CE", "ls": "LS", "cp": "CP", "bootsoft": "Boot-soft", "proselflc": "ProSelfLC", "mylc": "MyLC",
+            "tfkd": "Tf-KD_reg", "gce": "GCE"}  # and of the label corrections
+NOISE_NAMES = {"sym": "symmetric", "pair": "pair-flip"}
+
+
+def number(v):
+    """A setting as the legend writes it: 4.0 as 4, -5 as −5 (a real minus sign), inf (or "inf") as ∞."""
+    v = float(v)
+    if math.isinf(v):
+        return ("" if v > 0 else MINUS) + "∞"
+    return f"{v:g}".replace("-", MINUS)
+
+
+def method(config):
+    """The knowledge mode in the paper's words, with the η and b of Eq. 7 it ran with: "CMD-P (η=4, b=−5)"."""
+    mode, eta, b = config["mode"], config.get("eta"), config.get("b")
+    name = MODE_NAMES.get(mode, mode)
+    if eta is None or mode in ("zero", "mkd", "kdcl"):  # zero: η = ∞ is what the name says; mkd, kdcl: no threshold
+        return name
+    b = float(b or 0)
+    params = [f"η={number(eta)}"] + ([f"b={number(b)}"] if mode == "progressive" or b != 0 else [])
+    return f"{name} ({', '.join(params)})"
+
+
 def describe(config):
-    """The fields that name a run, in reading order: mode, lc, noise, eta, b, arch, seed."""
+    """The fields that name a run, in reading order: method (mode, η, b), lc, noise, dataset, arch, seed."""
     if config["noise"] == "human":  # CIFAR-N: no rate to set, the label set instead (cifar10)
-        noise = " ".join(filter(None, ("human", config.get("noise_key"))))
+        key = config.get("noise_key")
+        noise = "human label noise" + (f" ({key})" if key else "")
+    elif config["noise"] == "none":
+        noise = "clean labels"
     else:
-        noise = "clean" if config["noise"] == "none" else f"{config['noise']} {100 * config['rate']:g}%"
-    lc = "" if config["mode"] in ("mkd", "kdcl") else config["lc"]
-    eta, b = config.get("eta"), config.get("b")  # None for mkd and kdcl, "inf" for zero knowledge
-    return dict(mode=config["mode"], lc=lc, noise=noise, eta="" if eta is None else f"eta {eta}",
-                b="" if b is None else f"b {b:g}", arch=config["arch"], seed=f"s{config['seed']}")
+        noise = f"{100 * config['rate']:g}% {NOISE_NAMES.get(config['noise'], config['noise'])} noise"
+    lc = "" if config["mode"] in ("mkd", "kdcl") else LC_NAMES.get(config["lc"], config["lc"])
+    archs = str(config.get("arch", "")).split(",")
+    arch = archs[0] if len(archs) == 2 and len(set(archs)) == 1 else \
+        f"{len(archs)} × {archs[0]}" if len(set(archs)) == 1 else "/".join(archs)
+    return dict(method=method(config), lc=lc, noise=noise, dataset=str(config.get("dataset", "")), arch=arch,
+                seed=f"seed {config['seed']}")
 
 
-def labels(configs, dirs, always=("mode", "lc", "noise", "seed")):
-    """Short legend names: only the fields that differ between runs (or `always` when none do)."""
+def labels(configs, dirs, always=("lc", "noise", "seed")):
+    """Legend names in the paper's words: the method, then only the fields that differ between runs
+    ("CMD-P (η=4, b=−5) + MyLC" when the label correction does, ", seed 1" when the seed does), or the
+    method with `always` when no run differs from the others."""
     fields = [describe(c) for c in configs]
-    vary = [k for k in fields[0] if len({f[k] for f in fields}) > 1] or list(always)
-    names = [" ".join(f[k] for k in vary if f[k]) for f in fields]
+    vary = [k for k in fields[0] if k != "method" and len({f[k] for f in fields}) > 1]
+    if not vary and len({f["method"] for f in fields}) == 1:
+        vary = list(always)
+    names = []
+    for f in fields:
+        name = f["method"] + (f" + {f['lc']}" if "lc" in vary and f["lc"] else "")
+        names.append(", ".join([name] + [f[k] for k in vary if k != "lc" and f[k]]))
     if len(set(names)) < len(names):  # same settings in two folders: the folder tells them apart
         names = [f"{n} ({os.path.basename(os.path.normpath(d))})" for n, d in zip(names, dirs)]
     return names
@@ -119,13 +163,22 @@ def series(run, kind):
     return [(label, style, [(r["epoch"], r[k]) for r in rows if r.get(k) is not None]) for k, label, style in keys]
 
 
+def line_name(label):
+    """series' label as the legend says it: "A" -> "model A", "b2a" -> "B→A" (what B distils to A)."""
+    if len(label) == 1:
+        return f"model {label}"
+    if len(label) == 3 and label[1] == "2":
+        return f"{label[0].upper()}→{label[2].upper()}"
+    return label
+
+
 def curves(ax, runs, names, kind, ylabel):
     """One colour per run, one line style per model (or pair direction): see series."""
     for i, (run, name) in enumerate(zip(runs, names)):
         for label, style, pts in series(run, kind):
             if pts:  # a single point needs a marker to be seen
                 ax.plot(*zip(*pts), style, marker="o" if len(pts) == 1 else None, color=f"C{i % 10}",
-                        label=f"{name} {label}".strip())
+                        label=", ".join(filter(None, (name, line_name(label)))))
     ax.set_xlabel("epoch")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel(ylabel)
@@ -155,7 +208,8 @@ def unique_names(dirs):
 
 
 def save(plt, fig, path):
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
+        fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     print(f"wrote {path}")
@@ -167,7 +221,7 @@ def plot_runs(plt, runs, out, hist_epochs=None):
     names = labels([r["config"] for r in runs], [r["dir"] for r in runs])
     written, key = [], style_key(runs)
     for fname, kind, ylabel, title in (("accuracy.png", "test_acc", "test accuracy (%)", f"Test accuracy: {key}"),
-                                       ("chi.png", "chi", "chi (Eq. 7)", "Selection threshold chi"),
+                                       ("chi.png", "chi", "χ (Eq. 7)", "Selection threshold χ"),
                                        ("memorization.png", "memorized", "noisy samples fitted to their wrong label",
                                         f"Memorisation: {key}")):
         fig, ax = plt.subplots(figsize=FIGSIZE)
@@ -178,17 +232,18 @@ def plot_runs(plt, runs, out, hist_epochs=None):
     curves(axes[0], runs, names, "selected", "fraction of samples distilled")
     curves(axes[1], runs, names, "precision", "precision of distilled targets")
     curves(axes[2], runs, names, "recall", "recall of clean-labelled samples")
-    pairs = "B->A solid, A->B dashed" + (" (cohorts: mean over pairs)" if any(len(models_of(r)) > 2 for r in runs)
+    pairs = "B→A solid, A→B dashed" + (" (cohorts: mean over pairs)" if any(len(models_of(r)) > 2 for r in runs)
                                          else "")
     axes[0].set_title(f"Selected: {pairs}", fontsize=10)
     axes[1].set_title("Precision: argmax of target = clean label")
-    axes[2].set_title("Recall: clean-labelled samples that passed chi")
+    axes[2].set_title("Recall: clean-labelled samples that passed χ")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))
-    with_hist = [(run, name) for run, name in zip(runs, names) if run["hist"] is not None]
-    tags = unique_names([run["dir"] for run, _ in with_hist])
-    for (run, name), tag in zip(with_hist, tags):
+    with_hist = [run for run in runs if run["hist"] is not None]
+    tags = unique_names([run["dir"] for run in with_hist])
+    for run, tag in zip(with_hist, tags):
         fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{tag}.png"
-        written.append(plot_entropy(plt, run, name, os.path.join(out, fname), epochs_wanted=hist_epochs))
+        full = labels([run["config"]], [run["dir"]])[0]  # a figure of its own: every field that names the run
+        written.append(plot_entropy(plt, run, full, os.path.join(out, fname), epochs_wanted=hist_epochs))
     return written
 
 
@@ -200,9 +255,10 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
     The epochs are spaced geometrically (1, 2, 4, 9, 19, 40 of 40), since what decides CMD, which
     samples become confident first, happens early; epochs_wanted picks them instead.
 
-    Clean given labels and noisy ones are overlaid (when the clean labels are known),
-    each as the fraction of that model's training samples in a bin; chi at the end of
-    the epoch is a solid line, at its start a dotted one when it moved (CMD-P).
+    Clean given labels and noisy ones are overlaid (when the clean labels are known), each as the
+    fraction of that model's training samples in a bin; the panels of a row share their y-axis. χ at
+    the end of the epoch is a solid line, at its start a dotted one when it moved (CMD-P); the legend,
+    below the panels, names both.
     """
     h, run_dir = run["hist"], run["dir"]
     epochs, counts, edges = h["epoch"], h["counts"], h["edges"]
@@ -216,28 +272,39 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
     else:
         picks = sorted(set(np.geomspace(1, len(epochs), min(panels, len(epochs))).round().astype(int) - 1))
     models = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:counts.shape[1]]  # a row per model: A and B, or a cohort
-    fig, axes = plt.subplots(len(models), len(picks), figsize=(2.6 * len(picks), 2.3 * len(models)), sharex=True,
-                             squeeze=False)
+    width_in = max(2.6 * len(picks), 5.2)  # room for the legend and the title under one or two panels
+    fig, axes = plt.subplots(len(models), len(picks), figsize=(width_in, 2.3 * len(models) + 0.9), sharex=True,
+                             sharey="row", squeeze=False, layout="constrained")
     width = np.diff(edges)
+    handles = {}  # legend entry -> an artist drawn with it, whichever panel drew it first
     for col, i in enumerate(picks):
         for row, model in enumerate(models):
             ax = axes[row, col]
             c = counts[i, row]  # (2, bins): clean, noisy
             total = c.sum()
-            splits = [("clean label", "C0", c[0]), ("noisy label", "C3", c[1])] if h["known_clean"] else \
-                [("all samples", "C0", c.sum(0))]
+            splits = [("clean given label", "C0", c[0]), ("noisy given label", "C3", c[1])] if h["known_clean"] \
+                else [("all samples", "C0", c.sum(0))]
             for label, colour, v in splits:
-                ax.bar(edges[:-1], v / total, width=width, align="edge", alpha=0.55, color=colour, label=label)
-            for chi, style in ((h["chi_end"][i], "-"), (h["chi_start"][i], ":")):
-                if np.isfinite(chi) and (style == "-" or not np.isclose(chi, h["chi_end"][i])):
-                    ax.axvline(max(chi, 0.0), color="k", linestyle=style, linewidth=1)
+                handles.setdefault(label, ax.bar(edges[:-1], v / total, width=width, align="edge", alpha=0.55,
+                                                 color=colour))
+            end, start = h["chi_end"][i], h["chi_start"][i]
+            if np.isfinite(end):
+                handles.setdefault("end", ax.axvline(max(end, 0.0), color="k", linestyle="-", linewidth=1))
+            if np.isfinite(start) and not (np.isfinite(end) and np.isclose(start, end)):
+                handles.setdefault("start", ax.axvline(max(start, 0.0), color="k", linestyle=":", linewidth=1))
             ax.set_title(f"{model}, epoch {epochs[i]}", fontsize=9)
             if row == len(models) - 1:
                 ax.set_xlabel("H(p) (nats)")
             if col == 0:
                 ax.set_ylabel("fraction of samples")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"Entropy of the training predictions, chi (Eq. 7) as a line: {name}", fontsize=10)
+    chi_names = {"end": "χ at the epoch's end", "start": "χ at the epoch's start"} if "start" in handles \
+        else {"end": "χ, the same at the epoch's start and end"}
+    entries = [(a, k) for k, a in handles.items() if k not in chi_names] + \
+        [(handles[k], chi_names[k]) for k in ("start", "end") if k in handles]  # a mkd or kdcl run has no χ
+    fig.legend(*zip(*entries), loc="outside lower center", ncol=min(len(entries), 2 if width_in < 7 else 4),
+               fontsize=7, frameon=False)
+    title = ("Entropy of the training predictions; what lies left of χ (Eq. 7) is distilled to the peer", name)
+    fig.suptitle("\n".join(textwrap.fill(t, int(width_in * 14)) for t in title), fontsize=9)  # ~15 characters an inch
     return save(plt, fig, path)
 
 
@@ -260,6 +327,17 @@ def sweep_points(sweep_dir):
     return {k: v for k, v in groups.items() if len(v) >= 2}  # a line needs two values of b
 
 
+def setting(key, value):
+    """A sweep_points setting in a legend's words: ("eta", "4.0") -> "η=4", ("rate", "0.2") -> "noise 20%"."""
+    if key == "eta":
+        return f"η={number(value)}"
+    if key == "rate":
+        return "noise " + ("–" if value == "None" else f"{100 * float(value):g}%")
+    if key == "epochs":
+        return f"{value} epochs"
+    return dict(mode=MODE_NAMES, lc=LC_NAMES, noise=NOISE_NAMES).get(key, {}).get(value, value)
+
+
 def b_lines(ax, groups, title):
     """Error-bar lines of mean ± sample std (ddof=1) over seeds; legend names the settings that vary."""
     keys = list(groups)
@@ -269,9 +347,9 @@ def b_lines(ax, groups, title):
         means = [sum(groups[key][b]) / len(groups[key][b]) for b in bs]
         stds = [math.sqrt(sum((v - m) ** 2 for v in groups[key][b]) / (len(groups[key][b]) - 1))
                 if len(groups[key][b]) > 1 else 0.0 for b, m in zip(bs, means)]
-        name = ", ".join(f"{key[i][0]} {key[i][1]}" for i in vary) or "runs"
+        name = ", ".join(setting(*key[i]) for i in vary) or "runs"
         ax.errorbar(bs, means, yerr=stds, marker="o", capsize=3, color=f"C{j % 10}", label=name)
-    ax.set_xlabel("b (Eq. 7; < 0: chi falls during training)")
+    ax.set_xlabel("b (Eq. 7; < 0: χ falls during training)")
     ax.set_ylabel("final test accuracy, mean of A and B (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -289,8 +367,10 @@ def plot_sweep(plt, sweep_dir, path):
     if len(set(rates)) > 1 and len(set(etas)) > 1:  # Fig. 3: (a) rates at the usual eta, (b) etas at the usual rate
         eta, rate = max(etas, key=etas.count), max(rates, key=rates.count)
         fig, axes = plt.subplots(1, 2, figsize=(2 * FIGSIZE[0], FIGSIZE[1]))
-        b_lines(axes[0], {k: v for k, v in groups.items() if dict(k)["eta"] == eta}, f"(a) noise rates, eta = {eta}")
-        b_lines(axes[1], {k: v for k, v in groups.items() if dict(k)["rate"] == rate}, f"(b) eta, noise rate {rate}")
+        b_lines(axes[0], {k: v for k, v in groups.items() if dict(k)["eta"] == eta},
+                f"(a) noise rates, {setting('eta', eta)}")
+        b_lines(axes[1], {k: v for k, v in groups.items() if dict(k)["rate"] == rate},
+                f"(b) η, {setting('rate', rate)}")
     else:
         fig, ax = plt.subplots(figsize=FIGSIZE)
         b_lines(ax, groups, "Final accuracy against b")

@@ -218,8 +218,16 @@ def render_table(t, cells, seeds):
                        + ("" if p is None else f" (paper {p:.2f})"))
         lines.append(f"| {label} | " + " | ".join(out) + " |")
     keys = sorted({c[3] for c in t["cols"]})
-    return lines + ["", f"Cell: `{'`, `'.join(keys)}` of summary.json (final test accuracy, %), mean ± sample "
-                        f"std (ddof=1) over seeds; (n=k) when only k of {seeds} seeds finished.", ""]
+    what = f"mean ± sample std (ddof=1) over {seeds} seeds" if seeds > 1 else "one seed"
+    short = [v[2] for v in cells.values() if v != "failed" and v[2] < seeds]  # the cells fmt marks (n=k)
+    note = ""
+    if short:  # "(n=1) and (n=2) mark the 3 cells where only 1 or 2 of the 3 seeds finished."
+        ks = sorted(set(short))
+        join = lambda items, last: ", ".join(items[:-1]) + f" {last} " * (len(items) > 1) + items[-1]  # noqa: E731
+        note = (f" {join([f'(n={k})' for k in ks], 'and')} {'marks' if len(ks) == 1 else 'mark'} "
+                f"{'the cell' if len(short) == 1 else f'the {len(short)} cells'} where only "
+                f"{join([str(k) for k in ks], 'or')} of the {seeds} seeds finished.")
+    return lines + ["", f"Cell: `{'`, `'.join(keys)}` of summary.json (final test accuracy, %), {what}.{note}", ""]
 
 
 def knowledge_verdicts(t, cells):

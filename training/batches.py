@@ -1,6 +1,7 @@
 """Batches on the device and the paper's augmentation (appendix, "Data Augmentation").
 
-augment_batch   -- the CIFAR augmentation (pad 4, random crop, flip) for a whole batch on its device
+augment_batch   -- the CIFAR augmentation (pad 4, random crop, flip) for a whole batch on its device;
+                   crop-only with flip=False (mnist: datasets.NO_FLIP)
 normalize       -- uint8 (N, 3, H, W) -> float (x/255 - mean)/std
 file_transforms -- the paper's crops for Food-101 and WebVision, as torchvision transforms
 IndexedFiles    -- Dataset over FileImages that returns (image, index); labels stay with the caller
@@ -19,7 +20,7 @@ import torchvision.transforms as T
 from training.datasets import DataError, TensorImages, open_image, to_rgb
 
 
-def augment_batch(images, pad=4, generator=None, offsets=None, flips=None):
+def augment_batch(images, pad=4, generator=None, offsets=None, flips=None, flip=True):
     """The paper's CIFAR augmentation (He et al. 2016), for a whole batch at once.
 
     Zero-pad `pad` px on every side, crop HxW at an offset drawn uniformly from
@@ -27,18 +28,20 @@ def augment_batch(images, pad=4, generator=None, offsets=None, flips=None):
     paper names only pad-and-crop; the flip is the rest of He et al.'s recipe.
     images: uint8 (N, C, H, W) on any device; randomness comes from `generator`
     (on that device) or the global RNG. offsets (N, 2) [dy, dx] in [0, 2 pad] and
-    flips (N,) bool replace the random draws (for tests). One gather, no host sync.
-    Returns a contiguous uint8 (N, C, H, W).
+    flips (N,) bool replace the random draws (for tests). flip=False: crop only,
+    no flip drawn or made (digits: datasets.NO_FLIP); the offsets are drawn as with it.
+    One gather, no host sync. Returns a contiguous uint8 (N, C, H, W).
     """
     n, c, h, w = images.shape
     dev = images.device
     if offsets is None:
         offsets = torch.randint(0, 2 * pad + 1, (n, 2), device=dev, generator=generator)
-    if flips is None:
+    if flips is None and flip:
         flips = torch.randint(0, 2, (n,), device=dev, generator=generator).bool()
     padded = F.pad(images, (pad, pad, pad, pad))
     rows = offsets[:, :1] + torch.arange(h, device=dev)  # (N, H)
-    cols = torch.where(flips[:, None], torch.arange(w - 1, -1, -1, device=dev), torch.arange(w, device=dev))
+    cols = (torch.where(flips[:, None], torch.arange(w - 1, -1, -1, device=dev), torch.arange(w, device=dev))
+            if flip else torch.arange(w, device=dev).expand(n, w))
     cols = offsets[:, 1:] + cols  # (N, W); a flip reads the columns right to left
     return padded[torch.arange(n, device=dev)[:, None, None, None], torch.arange(c, device=dev)[None, :, None, None],
                   rows[:, None, :, None], cols[:, None, None, :]]
@@ -114,13 +117,14 @@ class Batches:
     through file_transforms. train=False: no shuffling, no augmentation, every
     sample once. train=True drops only a last batch too small to give each rank
     2 samples (BatchNorm needs 2). augment=False trains on the images as they are
-    tested (files: resize and centre crop).
+    tested (files: resize and centre crop). flip=False makes the augmentation of
+    TensorImages crop-only (datasets.NO_FLIP: digits); files always flip.
     """
 
     def __init__(self, ds, *, labels, clean, batch_size, mean, std, device, rank=0, world=1, workers=0,
-                 memory_format=torch.contiguous_format, train=True, augment=True):
+                 memory_format=torch.contiguous_format, train=True, augment=True, flip=True):
         self.ds, self.batch_size, self.mean, self.std = ds, batch_size, mean, std
-        self.augment = train and augment
+        self.augment, self.flip = train and augment, flip
         self.device, self.rank, self.world, self.workers = torch.device(device), rank, world, workers
         self.memory_format, self.train = memory_format, train
         self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=self.device)
@@ -150,7 +154,7 @@ class Batches:
             start += len(shard)
             x = self.images[idx]
             if self.augment:
-                x = augment_batch(x, generator=g)
+                x = augment_batch(x, generator=g, flip=self.flip)
             yield self._to_device(x), self.labels[idx], self.clean[idx]
 
     def _from_files(self, shards, seed):

@@ -15,17 +15,20 @@ import math
 import os
 import sys
 import warnings
+from dataclasses import fields
 from typing import NamedTuple
 
 import torch
 
 import models
-from mutual import LCS, MODES, NAMES
+from mutual import ALIASES, LCS, MODES, NAMES, Method
+from schedule import chi
 from training import cifar_n, datasets
 
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
-                "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34"}
+                "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34",
+                "fashionmnist": "resnet18", "mnist": "cnn"}
 
 
 class Preset(NamedTuple):
@@ -130,6 +133,29 @@ def ints(text):
     return [int(v) for v in text.split(",") if v]
 
 
+def canonical(names):
+    """An argparse type: the name in lower case, the paper's names (CMD-S, CMD-P) mapped to the modes', so that
+    run folders, config.json, sweeps and --resume only ever see the canonical name."""
+    return lambda text: ALIASES.get(text.lower(), text.lower()) if text.lower() in (*names, *ALIASES) else text
+
+
+def method_flags(g):
+    """One flag per field of mutual.Method, with the field's default and help text: Method is their one source.
+    --mode, --lc, --eta and --b default per --mode (resolve), the rest to the field's value."""
+    for f in fields(Method):
+        flag, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
+        if f.name == "mode":
+            g.add_argument(flag, type=canonical(MODES), choices=tuple(MODES), default=f.default, help=help)
+        elif f.name == "lc":
+            g.add_argument(flag, type=canonical(LCS), choices=LCS,
+                           help=f"{help} (default {f.default}; ce for mkd/kdcl)")
+        elif f.name in ("eta", "b"):
+            per_mode = ", ".join(f"{m} {MODES[m][f.name == 'b']:g}" for m in MODES if MODES[m][0] is not None)
+            g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
+        else:
+            g.add_argument(flag, type=type(f.default), default=f.default, help=help)
+
+
 def get_args(argv):
     return parser().parse_args(argv)
 
@@ -148,10 +174,16 @@ def parser():
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
                    help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10 (CIFAR-10N with "
-                        "--noise human); folder: any ImageFolder tree; synthetic: generated in memory, for CPU runs")
-    g.add_argument("--data-dir", default="data", help="dataset root; cifar100 and cifar10 download here on first use")
-    g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/224/299)")
-    g.add_argument("--subset", type=int, help="train on N samples drawn with --seed")
+                        "--noise human); fashionmnist, mnist: 28x28 grayscale from IDX files (Debian: apt-get install "
+                        "dataset-fashion-mnist, then --data-dir /usr/share/datasets/fashion-mnist); folder: any "
+                        "ImageFolder tree; synthetic: generated in memory, for CPU runs")
+    g.add_argument("--data-dir", default="data", help="dataset root; cifar100, cifar10, fashionmnist and mnist download here on first use (when online)")
+    g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/28/224/299)")
+    g.add_argument("--subset", type=int, help="train on N samples drawn with --subset-seed (default: --seed)")
+    g.add_argument("--subset-seed", type=int,
+                   help="draws --subset and the --val-split, so that every --seed trains on the same samples (paired "
+                        "comparisons); --seed still draws the noise, the initialisation and the batch order "
+                        "(default: --seed)")
     g.add_argument("--check-images", action="store_true",
                    help="decode every image of a dataset read from files before training, and list all that "
                         "cannot be read (otherwise the first bad one stops the run when a batch reaches it)")
@@ -166,7 +198,8 @@ def parser():
                    help="--noise human on cifar10: which CIFAR-10N labels (default worst, about 40%% wrong; "
                         "aggre: majority vote of three; random1-3: one annotator each)")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
-                   help="training augmentation: the paper's crops and flips (appendix), or none")
+                   help="training augmentation: the paper's crops and flips (appendix; mnist: crops only, a flipped "
+                        "digit is another digit), or none")
     g.add_argument("--val-split", type=float, default=0.0,
                    help="hold out this clean fraction of the training set as 'val' (the paper searches with 0.1)")
     g.add_argument("--synthetic-size", type=int, default=2000, help="synthetic: training images")
@@ -177,28 +210,7 @@ def parser():
     g.add_argument("--synthetic-difficulty", type=float, default=2.0,
                    help="synthetic: clutter std over class-signal std (2: a small CNN reaches ~80%% clean)")
 
-    g = p.add_argument_group("method (mutual.py; defaults: CMD-P + MyLC)")
-    g.add_argument("--mode", choices=tuple(MODES), default="progressive",
-                   help="knowledge selection: zero (η=inf), all (η=1), static CMD-S (η=4, b=0), "
-                        "progressive CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = KDCL-MinLogit")
-    g.add_argument("--eta", type=float, help="η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero knowledge, "
-                                             "(0, 1] with b = 0: all (default per --mode)")
-    g.add_argument("--b", type=float, help="b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls (default per --mode)")
-    g.add_argument("--lc", choices=LCS, help="self label correction q~ of each model (default mylc; ce for mkd/kdcl)")
-    g.add_argument("--ls-eps", type=float, default=0.25, help="LS ε in q~ = (1 - ε) q + ε u")
-    g.add_argument("--cp-beta", type=float, default=0.25, help="CP β in H(q, p) - β H(p)")
-    g.add_argument("--bootsoft-eps", type=float, default=0.25, help="Boot-soft ε in q~ = (1 - ε) q + ε p")
-    g.add_argument("--proselflc-b", type=float, default=6.0, help="ProSelfLC slope B of s(t/Γ - transit, B)")
-    g.add_argument("--proselflc-transit", type=float, default=0.3, help="ProSelfLC transit point, a fraction of Γ")
-    g.add_argument("--mylc-b1", type=float, default=10.0, help="MyLC b₁ in g(r) = s(r - ρ, b₁), Eq. 8")
-    g.add_argument("--mylc-rho", type=float, default=0.5, help="MyLC ρ in g(r) = s(r - ρ, b₁) (the paper: 0.5)")
-    g.add_argument("--tfkd-a", type=float, default=0.99, help="Tf-KD_reg: teacher probability a on the label")
-    g.add_argument("--tfkd-t", type=float, default=20.0, help="Tf-KD_reg: temperature T")
-    g.add_argument("--tfkd-alpha", type=float, default=0.1, help="Tf-KD_reg: weight α of the KL term")
-    g.add_argument("--tfkd-multiplier", type=float, default=100.0, help="Tf-KD_reg: multiplier of the KL term")
-    g.add_argument("--mkd-eps", type=float, default=0.5, help="mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)")
-    g.add_argument("--kdcl-t", type=float, default=2.0, help="kdcl: temperature T")
-    g.add_argument("--kdcl-lambda", type=float, default=1.0, help="kdcl: weight λ of the KL term")
+    method_flags(p.add_argument_group("method (mutual.py's Method; defaults: CMD-P + MyLC)"))
 
     g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
     g.add_argument("--peers", type=int, default=2,
@@ -253,16 +265,12 @@ LIMITS = {
     "weight_decay": (lambda v: 0 <= v < F32, "at least 0, and a number float32 holds"),
     "val_split": (lambda v: 0 <= v < 1, "in [0, 1)"), "subset": (lambda v: v >= 1, "at least 1"),
     "image_size": (lambda v: v >= 1, "at least 1"), "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2^32)"),
+    "subset_seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2^32)"),
     "workers": (lambda v: v >= 0, "at least 0"), "log_every": (lambda v: v >= 0, "at least 0 (0: automatic)"),
-    "ls_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"), "bootsoft_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "mkd_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"), "tfkd_alpha": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "tfkd_a": (lambda v: 0 < v < 1, "in (0, 1)"), "cp_beta": (lambda v: 0 <= v < math.inf, "at least 0"),
-    "tfkd_t": (lambda v: 0 < v < math.inf, "a positive temperature"),
-    "kdcl_t": (lambda v: 0 < v < math.inf, "a positive temperature"),
     "synthetic_difficulty": (lambda v: 0 <= v < math.inf, "at least 0"),
     "synthetic_shift": (lambda v: v >= 0, "at least 0 pixels"),
 }
-FINITE = ("b", "proselflc_b", "proselflc_transit", "mylc_b1", "mylc_rho", "tfkd_multiplier", "kdcl_lambda")
+LIMITS.update({f.name: f.metadata["check"] for f in fields(Method) if f.metadata["check"]})  # the method's own
 
 
 def check_values(args):
@@ -271,9 +279,6 @@ def check_values(args):
         v = getattr(args, dest)
         if v is not None and not test(v):
             fail(f"--{dest.replace('_', '-')} {v}: must be {what}")
-    for dest in FINITE:
-        if getattr(args, dest) is not None and not math.isfinite(getattr(args, dest)):
-            fail(f"--{dest.replace('_', '-')} {getattr(args, dest)}: must be a finite number")
     if any(m < 1 for m in args.milestones):
         fail(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr changes, "
              f"so at least 1")
@@ -297,8 +302,11 @@ def resolve(args):
         fail("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.rate is not None and not 0 <= args.rate < 1:
         fail(f"--rate must be in [0, 1), got {args.rate}")
-    if args.eta == 0:
-        fail("--eta 0 makes chi = H(u)/eta undefined; use --mode zero (eta = inf) or --mode all (eta = 1)")
+    if args.eta is not None:
+        try:  # Eq. 7 itself refuses an eta it cannot use (0)
+            chi(0, 1, 2, args.eta, 0.0)
+        except ValueError as e:
+            fail(f"--eta {args.eta:g}: {e}")
     if args.mode in ("zero", "all") and (args.eta is not None or args.b is not None):
         fail(f"--mode {args.mode} sets eta itself; use --mode static or progressive to choose --eta/--b")
     if args.mode in ("mkd", "kdcl"):

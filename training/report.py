@@ -18,17 +18,19 @@ from label_correction import confidence_from_sum
 from mutual import NAMES
 
 
-def epoch_row(s, m, epoch, lr, chi, seconds, num_classes, known_clean, results):
+def epoch_row(s, results, head, num_classes, known_clean):
     """The metrics.jsonl line of an epoch from its sums s ({mutual.sum_names(m): host float}) and the
-    evaluation results. Per model x: train_loss_x, memorized_x, confidence_x (MyLC's r, Eq. 8); per ordered
-    pair j2k (selected_b2a: B taught A): the fraction selected, its precision and recall."""
-    n = s["samples"]
+    evaluation results; head: the row's first keys (epoch, lr, chi, seconds). Per model x: train_loss_x,
+    memorized_x, confidence_x (MyLC's r, Eq. 8); per ordered pair j2k (selected_b2a: B taught A): the
+    fraction selected, its precision and recall. known_clean: the clean labels are known (precision,
+    recall, memorisation and the realised noise rate are None otherwise)."""
+    n, m = s["samples"], sum(k.startswith("loss_") for k in s)
 
     def ratio(part, whole):  # None where the clean labels are unknown or nothing was counted
         return part / whole if known_clean and whole else None
 
     models = NAMES[:m]
-    row = dict(epoch=epoch, lr=lr, chi=chi, seconds=round(seconds, 3), train_samples=int(n))
+    row = dict(head, seconds=round(head["seconds"], 3), train_samples=int(n))
     row.update({f"train_loss_{x}": s[f"loss_{x}"] / n for x in models})
     row["noise_rate"] = ratio(s["noisy"], n)
     for kind, value in (("selected", lambda pair: s[f"selected_{pair}"] / n),
@@ -52,6 +54,12 @@ def pair_mean(row, kind):
     return sum(values) / len(values) if values else None
 
 
+def fraction(v):
+    """A fraction with 2 decimals; a few samples selected read <0.01, not 0.00, so that a precision beside them
+    makes sense."""
+    return "<0.01" if 0 < v < 0.005 else f"{v:.2f}"
+
+
 def epoch_line(row, m=2):
     """One fixed-format line per epoch. A pair shows each direction; a cohort the mean over its pairs."""
     chi = "  - " if row["chi"] is None else f"{row['chi']:.2f}"
@@ -59,10 +67,10 @@ def epoch_line(row, m=2):
     models = NAMES[:m]
     if m == 2:
         prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
-        selection = f"sel b2a {row['selected_b2a']:.2f} a2b {row['selected_a2b']:.2f} | prec {prec}"
+        selection = f"sel b2a {fraction(row['selected_b2a'])} a2b {fraction(row['selected_a2b'])} | prec {prec}"
     else:
         prec = pair_mean(row, "precision")
-        selection = (f"sel mean {pair_mean(row, 'selected'):.2f} | prec mean "
+        selection = (f"sel mean {fraction(pair_mean(row, 'selected'))} | prec mean "
                      + (" -  " if prec is None else f"{prec:.2f}"))
     return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | loss "
             + " ".join(f"{x.upper()} {row[f'train_loss_{x}']:.3f}" for x in models)

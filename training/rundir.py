@@ -36,11 +36,13 @@ import subprocess
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from mutual import NAMES
+from training.report import final_accuracies
 
 # Settings that may differ between a run and its resumption. RUN_CONTROL changes how it runs, not what it
 # computes. ARITHMETIC lets a run move to another machine, but changes the floating-point arithmetic, so the
@@ -171,15 +173,24 @@ def load_noisy_labels(out, n, num_classes):
     return noisy.astype(np.int64)
 
 
-def save_checkpoint(out, config, epoch, nets, opts, scheds, r, device, seconds):
+class Models(NamedTuple):
+    """The models trained together, their SGD optimisers and lr schedules: index k is model NAMES[k]."""
+    nets: list
+    opts: list
+    scheds: list
+
+
+def save_checkpoint(out, config, epoch, models, r, seconds):
     """Everything a resumed run needs to continue bit for bit, written atomically.
 
+    models: Models; r: MyLC's r of each model (device tensors);
     seconds: the run's training time up to here, summed over every process that worked on it.
     """
+    device = r[0].device
     state = dict(config=config, epoch=epoch, rng_cpu=torch.get_rng_state(), seconds=seconds)
     if device.type == "cuda":
         state["rng_cuda"] = torch.cuda.get_rng_state(device)
-    for net, opt, sched, r_k, k in zip(nets, opts, scheds, r, NAMES):  # model_a, opt_a, sched_a, r_a, model_b, ...
+    for net, opt, sched, r_k, k in zip(*models, r, NAMES):  # model_a, opt_a, sched_a, r_a, model_b, ...
         state[f"r_{k}"] = r_k.cpu()
         state[f"model_{k}"] = getattr(net, "module", net).state_dict()
         state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), sched.state_dict()
@@ -249,16 +260,16 @@ def save_weights(out, nets, archs, meta):
     write_json(out, "weights.json", info)
 
 
-def restore(ckpt, nets, opts, scheds, device):
-    """Load a checkpoint's state in place. Returns (epochs done, MyLC's r of each model, on device)."""
-    for net, opt, sched, k in zip(nets, opts, scheds, NAMES):
+def restore(ckpt, models, device):
+    """Load a checkpoint's state in place into Models. Returns (epochs done, MyLC's r of each model, on device)."""
+    for net, opt, sched, k in zip(*models, NAMES):
         net.load_state_dict(ckpt[f"model_{k}"])
         opt.load_state_dict(ckpt[f"opt_{k}"])
         sched.load_state_dict(ckpt[f"sched_{k}"])
     torch.set_rng_state(ckpt["rng_cpu"])
     if device.type == "cuda" and "rng_cuda" in ckpt:
         torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
-    return ckpt["epoch"], [ckpt[f"r_{k}"].to(device) for k in NAMES[:len(nets)]]
+    return ckpt["epoch"], [ckpt[f"r_{k}"].to(device) for k in NAMES[:len(models.nets)]]
 
 
 @contextlib.contextmanager
@@ -301,14 +312,16 @@ def append_metrics(out, row):
         f.write(json.dumps(row) + "\n")
 
 
-def append_entropy_hist(out, epoch, counts, num_classes, chi_start, chi_end, known_clean):
+def append_entropy_hist(out, epoch, counts, num_classes, chi, known_clean):
     """Add epoch `epoch`'s histograms to entropy_hist.npz, dropping rows of that epoch or later (a resume).
 
     counts: (2, 2, bins) from mutual.entropy_histogram summed over the epoch (model A/B x
-    clean/noisy given label). The file holds epoch (E,), counts (E, 2, 2, bins), edges
-    (bins + 1,) in nats over [0, ln K], chi_start and chi_end (E,) (NaN without a threshold),
-    and known_clean: whether the clean/noisy split is real (False: all counts are in [:, :, 0]).
+    clean/noisy given label). chi: (χ at the epoch's start, at its end), None without a threshold.
+    The file holds epoch (E,), counts (E, 2, 2, bins), edges (bins + 1,) in nats over [0, ln K],
+    chi_start and chi_end (E,) (NaN without a threshold), and known_clean: whether the clean/noisy
+    split is real (False: all counts are in [:, :, 0]).
     """
+    chi_start, chi_end = chi
     path = os.path.join(out, "entropy_hist.npz")
     rows = dict(epoch=np.zeros(0, np.int64), counts=np.zeros((0, *counts.shape), np.int64),
                 chi_start=np.zeros(0), chi_end=np.zeros(0))
@@ -358,3 +371,78 @@ def write_json(out, name, obj):
     with open(path + ".tmp", "w") as f:
         json.dump(obj, f, indent=1)
     os.replace(path + ".tmp", path)
+
+
+class Run:
+    """One training run's directory (--out), as train.py uses it: open or resume it, then start it, log and
+    checkpoint each epoch, and finish it, or stop it on Ctrl-C or bad data. Only rank 0 writes (writes=False
+    on the other ranks of torchrun). Raises RunError (one line) when --out cannot hold this run."""
+
+    def __init__(self, out, config, resume, writes=True):
+        self.out, self.config, self.resume, self.writes = out, config, resume, writes
+        self.ckpt = check_out(out, config, resume)             # None for a fresh run
+        self.changed = arithmetic_changes(self.ckpt, config)   # ARITHMETIC settings a resume changes
+        self.epochs_done = self.ckpt["epoch"] if self.ckpt else 0
+        self.clock = RunClock(self.ckpt.get("seconds", 0.0) if self.ckpt else 0.0, self.epochs_done)
+
+    def finished(self, epochs):
+        return is_finished(self.out, self.ckpt, epochs)
+
+    def noisy_labels(self, n, num_classes):
+        """On resume, the labels the run trained on; None for a fresh run."""
+        return None if self.ckpt is None else load_noisy_labels(self.out, n, num_classes)
+
+    def restore(self, models, device):
+        """(epochs done, MyLC's r): the checkpoint's, put back into models; 0 and r = 0 for a fresh run."""
+        if self.ckpt is None:
+            return 0, [torch.zeros((), device=device) for _ in models.nets]
+        return restore(self.ckpt, models, device)
+
+    def start(self, noisy, num_classes):
+        """Every input is valid: from here on the run writes into --out. config.json, the labels trained on,
+        and metrics.jsonl cut back to the checkpoint's epoch. Raises RunError if --out cannot be made."""
+        self.num_classes = num_classes
+        if not self.writes:
+            return
+        try:
+            os.makedirs(self.out, exist_ok=True)
+        except OSError as e:  # what the checks could not foresee: a read-only file system, /proc, a full disk
+            raise RunError(f"--out {self.out} cannot be created: {e.strerror or e}; choose another --out") from e
+        record_start(self.out, self.config, resumed=self.resume, changed=self.changed)
+        if self.ckpt is None:
+            np.save(os.path.join(self.out, "noisy_labels.npy"), noisy)
+        trim_metrics(self.out, self.epochs_done)
+
+    def log_epoch(self, row, hist, chi_start, models, r):
+        """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C lands after them."""
+        seconds = self.clock.tick()
+        with uninterrupted():
+            if self.writes:
+                append_metrics(self.out, row)
+                append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, (chi_start, row["chi"]),
+                                    self.config["noise"] != "none")
+                save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)
+            self.clock.saved = row["epoch"]
+
+    def finish(self, row, models, meta):
+        """The final weights and summary.json (written last: its presence marks the run finished)."""
+        summary = final_accuracies(row if row is not None else last_metrics(self.out))
+        summary.update(epochs=self.config["epochs"], seconds=round(self.clock.total(), 1))
+        save_weights(self.out, models.nets, self.config["arch"].split(","), meta)
+        write_json(self.out, "summary.json", summary)
+        return summary
+
+    def stopped_at(self, progress):
+        """Where a run stopped, what is kept, and the time of the epoch cut short added to the checkpoint."""
+        if self.writes:
+            add_seconds(self.out, self.clock.since_tick())
+        epochs = self.config["epochs"]
+        if progress.epoch is None or self.clock.saved == progress.epoch + 1:  # no epoch is under way
+            where = f"after epoch {self.clock.saved}/{epochs}" if self.clock.saved else f"before epoch 1/{epochs}"
+        else:
+            where = (f"in epoch {progress.epoch + 1}/{epochs} " +
+                     (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}"
+                      if progress.t_train_end is None else "while testing"))
+        kept = (f"{self.out}/checkpoint.pt holds epoch {self.clock.saved}" if self.clock.saved else
+                "no epoch had finished, so it starts again from epoch 1")
+        return where, kept
