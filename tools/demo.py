@@ -1,0 +1,361 @@
+"""CMD on real data where noisy labels are memorised slowly: Fashion-MNIST, every row tuned on clean validation data.
+
+    python -m tools.demo regime --out sweeps/fmnist   # zero knowledge alone: do the preconditions hold?
+    python -m tools.demo select --out sweeps/fmnist   # every row's lr (and CMD's eta, b) on the clean val split
+    python -m tools.demo report --out sweeps/fmnist   # the rows at their chosen settings, 5 seeds, the table
+
+Stages, each a grid of train.py runs (sweep.run_jobs: finished runs are skipped, cut ones resume):
+regime -- CE and MyLC with zero knowledge, and CE on clean labels, at the base schedule (BASE, lr 0.05), on
+          the selection seeds. Prints the preconditions (PRECONDITIONS) before any CMD row has run.
+select -- the declared grids (LRS, ETAS, ETA_B) on the selection seeds SELECT_SEEDS, which are not reported.
+          Each row's setting is the one with the best mean final-epoch accuracy on the clean 10% validation
+          split ('val_acc_mean'). CE CMD-P takes MyLC CMD-P's eta and b and tunes only its lr, so it runs
+          after them. Writes DIR/choice.json (the choice, read by report) and DIR/select.md (every
+          configuration's validation accuracy), and DIR/select-eta-b.png (validation accuracy over eta, b).
+report -- the ROWS at the chosen settings on REPORT_SEEDS, the same fixed data in every seed
+          (--subset-seed): DIR/report.md, the table with paired differences and diagnostics.
+
+The data: a fixed 8,000 of Fashion-MNIST's 60,000 training images (--subset-seed 0), of which a clean 10%
+is the validation split; the full 10,000 test images. 40% symmetric noise; the mlp; no augmentation; no
+weight decay; 80 epochs, lr / 10 at 40 and 60. Fixed from zero knowledge's preconditions (docs/fmnist-regime.md).
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+import time
+
+from tools.sweep import mean_std, run_diagnostics, run_jobs
+
+DATA = ["--dataset", "fashionmnist", "--data-dir", "/usr/share/datasets/fashion-mnist"]
+BASE = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
+        "--weight-decay", "0", "--epochs", "80", "--milestones", "40,60", "--batch-size", "128", "--noise", "sym",
+        "--rate", "0.4"]
+BASE_LR = 0.05
+# The grids, declared before any run: lr in steps of sqrt(2) for every row; CMD-S's eta; CMD-P's (eta, b).
+# chi <= ln K / eta: at K = 10, eta = 2 starts at 1.15 nats, the paper's eta = 4 at K = 100.
+LRS = (0.025, 0.035, 0.05, 0.07, 0.1)
+ETAS = (2.0, 4.0)
+ETA_B = tuple((eta, b) for eta in (2.0, 4.0) for b in (-2.0, -5.0))
+SELECT_SEEDS = (100, 101)
+REPORT_SEEDS = (0, 1, 2, 3, 4)
+
+# key: (label, train.py flags, the zero-knowledge row it is compared with on the same seed)
+ROWS = {
+    "clean": ("CE, clean labels (reference)", ["--mode", "zero", "--lc", "ce", "--noise", "none", "--rate", "0"], None),
+    "ce-zero": ("CE, zero knowledge", ["--mode", "zero", "--lc", "ce"], None),
+    "mylc-zero": ("MyLC, zero knowledge", ["--mode", "zero", "--lc", "mylc"], None),
+    "control": ("MyLC, zero knowledge at 2x its lr (control)", ["--mode", "zero", "--lc", "mylc"], "mylc-zero"),
+    "ce-cmdp": ("CE, CMD-P (selection alone)", ["--mode", "progressive", "--lc", "ce"], "ce-zero"),
+    "mylc-all": ("MyLC, all knowledge (η = 1)", ["--mode", "all", "--lc", "mylc"], "mylc-zero"),
+    "mylc-cmds": ("MyLC, CMD-S", ["--mode", "static", "--lc", "mylc"], "mylc-zero"),
+    "mylc-cmdp": ("MyLC, CMD-P", ["--mode", "progressive", "--lc", "mylc"], "mylc-zero"),
+    "cohort": ("MyLC, CMD-P, a cohort of 3", ["--mode", "progressive", "--lc", "mylc", "--peers", "3"], "mylc-zero"),
+}
+# What select tunes per row: (lr, eta, b) candidates. clean runs at the base schedule; control, cohort
+# and ce-cmdp derive from other rows' choices (see choose).
+GRID = {
+    "ce-zero": [(lr, None, None) for lr in LRS],
+    "mylc-zero": [(lr, None, None) for lr in LRS],
+    "mylc-all": [(lr, None, None) for lr in LRS],
+    "mylc-cmds": [(lr, eta, 0.0) for lr in LRS for eta in ETAS],
+    "mylc-cmdp": [(lr, eta, b) for lr in LRS for eta, b in ETA_B],
+}
+PRECONDITIONS = ("harm: zero knowledge's final test accuracy >= 5 points below clean labels; memorisation happens: "
+                 ">= 30% of the noisy labels memorised at the end; memorisation is slow: < 25% memorised at a "
+                 "quarter of the run, and memorisation first reaches half its final value after a third of it")
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # t_{0.975, df}
+
+
+def setting_flags(row, lr, eta, b):
+    flags = ROWS[row][1] + ["--lr", f"{lr:g}"]
+    return flags + ([] if eta is None else ["--eta", f"{eta:g}", "--b", f"{b:g}"])
+
+
+def name_of(row, lr, eta, b):
+    return f"{row}-lr{lr:g}" + ("" if eta is None else f"-eta{eta:g}-b{b:g}")
+
+
+def job(stage_dir, name, flags, seed, extra):
+    d = os.path.join(stage_dir, f"{name}-s{seed}")
+    key = DATA + BASE + flags + ["--seed", str(seed)]
+    return dict(name=f"{name}-s{seed}", dir=d, key=key, argv=key + ["--out", d, *extra])
+
+
+def rows_of(path):
+    with open(os.path.join(path, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def finished(d):
+    return os.path.exists(os.path.join(d, "summary.json"))
+
+
+# ---------------------------------------------------------------- regime
+def regime_jobs(out, extra):
+    stage = os.path.join(out, "select")  # the same runs as the selection's lr 0.05 cells: reused there
+    return [job(stage, name_of(row, BASE_LR, None, None), setting_flags(row, BASE_LR, None, None), s, extra)
+            for row in ("ce-zero", "mylc-zero", "clean") for s in SELECT_SEEDS]
+
+
+def memorisation_timing(rows):
+    """(memorised at the end, at a quarter of the run, the first epoch reaching half the final value) of a run,
+    on the mean of its models."""
+    mem = [sum(v for k, v in r.items() if k.startswith("memorized_")) /
+           sum(1 for k in r if k.startswith("memorized_")) for r in rows]
+    end, n = mem[-1], len(mem)
+    half = next(i + 1 for i, m in enumerate(mem) if m >= end / 2)
+    return end, mem[max(0, round(n / 4) - 1)], half, n
+
+
+def preconditions(zero_dirs, clean_dirs):
+    """Lines that say, from zero knowledge's runs (means over seeds), whether each precondition holds."""
+    clean = mean_std([rows_of(d)[-1]["test_acc_mean"] for d in clean_dirs])[0]
+    lines, ok = [], True
+    for label, dirs in zero_dirs.items():
+        t = [memorisation_timing(rows_of(d)) for d in dirs]
+        end, quarter = (sum(x[i] for x in t) / len(t) for i in (0, 1))
+        half, n = sum(x[2] for x in t) / len(t), t[0][3]
+        acc = mean_std([rows_of(d)[-1]["test_acc_mean"] for d in dirs])[0]
+        checks = [(clean - acc >= 5, f"harm {clean - acc:.1f} points (final {acc:.2f} vs clean {clean:.2f})"),
+                  (end >= 0.3, f"memorised at the end {end:.2f}"),
+                  (quarter < 0.25, f"at a quarter ({round(n / 4)} of {n} epochs) {quarter:.2f}"),
+                  (half > n / 3, f"half of the final value first at epoch {half:.1f} (a third: {n / 3:.1f})")]
+        ok &= all(c for c, _ in checks)
+        lines.append(f"- {label} (n={len(dirs)}): " + "; ".join(f"{text} {'✓' if c else '✗'}" for c, text in checks))
+    return lines, ok
+
+
+def regime_report(out, seeds=SELECT_SEEDS, stage="select", lrs=None):
+    lrs = lrs or {}
+    def dirs(row):
+        lr = lrs.get(row, BASE_LR)
+        return [d for s in seeds for d in [os.path.join(out, stage, f"{name_of(row, lr, None, None)}-s{s}"
+                                                         if stage == "select" else f"{row}-s{s}")] if finished(d)]
+    zero = {ROWS[r][0] + (f" at lr {lrs[r]:g}" if r in lrs else f" at lr {BASE_LR:g}"): dirs(r)
+            for r in ("ce-zero", "mylc-zero")}
+    if not all(zero.values()) or not dirs("clean"):
+        return ["(the regime's runs have not finished)"], False
+    return preconditions(zero, dirs("clean"))
+
+
+# ---------------------------------------------------------------- select
+def select_jobs(out, extra, choice=None):
+    stage = os.path.join(out, "select")
+    todo = [job(stage, name_of("clean", BASE_LR, None, None), setting_flags("clean", BASE_LR, None, None), s, extra)
+            for s in SELECT_SEEDS]
+    for row, grid in GRID.items():
+        todo += [job(stage, name_of(row, *g), setting_flags(row, *g), s, extra) for g in grid for s in SELECT_SEEDS]
+    if choice is not None:  # CE CMD-P: MyLC CMD-P's eta and b, its own lr
+        eta, b = choice["mylc-cmdp"]["eta"], choice["mylc-cmdp"]["b"]
+        todo += [job(stage, name_of("ce-cmdp", lr, eta, b), setting_flags("ce-cmdp", lr, eta, b), s, extra)
+                 for lr in LRS for s in SELECT_SEEDS]
+    return todo
+
+
+def val_score(out, row, setting):
+    """Mean over the selection seeds of the final epoch's val_acc_mean, and the seeds' values."""
+    dirs = [os.path.join(out, "select", f"{name_of(row, *setting)}-s{s}") for s in SELECT_SEEDS]
+    vals = [rows_of(d)[-1]["val_acc_mean"] for d in dirs if finished(d)]
+    return (sum(vals) / len(vals) if len(vals) == len(SELECT_SEEDS) else None), vals
+
+
+def choose(out, rows, given=None):
+    """{row: {lr, eta, b, val}} for the tuned rows, the best mean validation accuracy (ties: the first).
+    given: the choices made before (CE CMD-P's grid is MyLC CMD-P's eta and b)."""
+    choice = dict(given or {})
+    for row in rows:
+        grid = GRID.get(row) or [(lr, choice["mylc-cmdp"]["eta"], choice["mylc-cmdp"]["b"]) for lr in LRS]
+        scored = [(val_score(out, row, g)[0], g) for g in grid]
+        scored = [(v, g) for v, g in scored if v is not None]
+        if len(scored) < len(grid):
+            raise RuntimeError(f"{row}: {len(grid) - len(scored)} of its {len(grid)} settings did not finish")
+        v, (lr, eta, b) = max(scored, key=lambda x: x[0])
+        choice[row] = dict(lr=lr, eta=eta, b=b, val=round(v, 3))
+    return {row: choice[row] for row in rows}
+
+
+def derived(choice):
+    """The rows whose settings follow from the tuned ones: clean, the control, the cohort."""
+    c = dict(choice)
+    c["clean"] = dict(lr=BASE_LR, eta=None, b=None, val=None)
+    c["control"] = dict(lr=2 * choice["mylc-zero"]["lr"], eta=None, b=None, val=None)
+    c["cohort"] = dict(choice["mylc-cmdp"], val=None)
+    return c
+
+
+def select_table(out, choice):
+    lines = ["| row | lr | η | b | val acc (mean of 2 seeds) | seeds | chosen |", "|---|---|---|---|---|---|---|"]
+    for row in list(GRID) + ["ce-cmdp"]:
+        grid = GRID.get(row) or [(lr, choice["mylc-cmdp"]["eta"], choice["mylc-cmdp"]["b"]) for lr in LRS]
+        for lr, eta, b in grid:
+            v, vals = val_score(out, row, (lr, eta, b))
+            pick = choice.get(row, {})
+            chosen = "**✓**" if (pick.get("lr"), pick.get("eta"), pick.get("b")) == (lr, eta, b) else ""
+            lines.append(f"| {ROWS[row][0]} | {lr:g} | {'–' if eta is None else f'{eta:g}'} | "
+                         f"{'–' if b is None else f'{b:g}'} | {'–' if v is None else f'{v:.2f}'} | "
+                         f"{' '.join(f'{x:.2f}' for x in vals)} | {chosen} |")
+    return lines
+
+
+def heat_map(out, path):
+    """Validation accuracy of MyLC CMD-S (b = 0) and CMD-P over (eta, b), each cell its best lr."""
+    from tools.plot import pyplot, save
+    plt = pyplot()
+    bs = sorted({b for _, b in ETA_B} | {0.0})
+    grid = [[max((val_score(out, "mylc-cmds" if b == 0 else "mylc-cmdp", (lr, eta, b))[0] or -1, lr) for lr in LRS)
+             for b in bs] for eta in ETAS]
+    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    im = ax.imshow([[v for v, _ in r] for r in grid], cmap="viridis", aspect="auto")
+    for i, r in enumerate(grid):
+        for j, (v, lr) in enumerate(r):
+            ax.text(j, i, f"{v:.1f}\nlr {lr:g}", ha="center", va="center", color="w", fontsize=8)
+    ax.set_xticks(range(len(bs)), [f"b={b:g}" + (" (CMD-S)" if b == 0 else "") for b in bs])
+    ax.set_yticks(range(len(ETAS)), [f"η={e:g}" for e in ETAS])
+    ax.set_title("MyLC: val accuracy (2 seeds) at each cell's best lr", fontsize=9)
+    fig.colorbar(im, ax=ax)
+    save(plt, fig, path)
+
+
+# ---------------------------------------------------------------- report
+def report_jobs(out, choice, seeds, extra):
+    stage = os.path.join(out, "report")  # seed by seed: a report cut short still pairs every row
+    return [job(stage, row, setting_flags(row, c["lr"], c["eta"], c["b"]), s, extra)
+            for s in seeds for row, c in choice.items()]
+
+
+def interval(diffs):
+    """Mean of paired differences and its 95% t-interval (None for one seed)."""
+    m, s, n = mean_std(diffs)
+    if s is None:
+        return m, None
+    half = T975.get(n - 1, 1.96) * s / math.sqrt(n)
+    return m, (m - half, m + half)
+
+
+def early_stopped(rows):
+    """Test accuracy at the epoch with the best validation accuracy (the first such epoch)."""
+    best = max(range(len(rows)), key=lambda i: (rows[i]["val_acc_mean"], -i))
+    return rows[best]["test_acc_mean"]
+
+
+def fmt(m, s, form="{:.2f}"):
+    return form.format(m) + ("" if s is None else " ± " + form.format(s))
+
+
+def report_table(out, choice, seeds):
+    got = {}
+    for row in choice:
+        dirs = {s: os.path.join(out, "report", f"{row}-s{s}") for s in seeds}
+        got[row] = {s: rows_of(d) for s, d in dirs.items() if finished(d)}
+    lines = ["| row | lr | η, b | final test acc (mean of models) | ensemble | early-stopped test acc | "
+             "Δ vs zero, same lc (95% t-interval) | ahead | memorised (end) | selected | precision | recall |",
+             "|---" * 12 + "|"]
+    for row, c in choice.items():
+        runs = got[row]
+        if not runs:
+            lines.append(f"| {ROWS[row][0]} | not run |" + " |" * 10)
+            continue
+        acc = mean_std([r[-1]["test_acc_mean"] for r in runs.values()])
+        ens = mean_std([r[-1]["test_acc_ens"] for r in runs.values()])
+        es = mean_std([early_stopped(r) for r in runs.values()])
+        diag = [run_diagnostics(os.path.join(out, "report", f"{row}-s{s}")) for s in runs]
+        dia = {k: mean_std([d[k] for d in diag if d[k] is not None] or [math.nan]) for k in
+               ("memorized", "selected", "precision", "recall")}
+        base = ROWS[row][2]
+        delta, ahead = "–", "–"
+        if base and got.get(base):
+            pairs = [runs[s][-1]["test_acc_mean"] - got[base][s][-1]["test_acc_mean"] for s in runs if s in got[base]]
+            m, ci = interval(pairs)
+            win = ci is not None and ci[0] > 0
+            delta = f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") + (" **win**" if win else "")
+            ahead = f"{sum(p > 0 for p in pairs)}/{len(pairs)}"
+        setting = "–" if c["eta"] is None else f"{c['eta']:g}, {c['b']:g}"
+        cells = [fmt(*acc[:2]), fmt(*ens[:2]), fmt(*es[:2]), delta, ahead] + [
+            "–" if math.isnan(dia[k][0]) else fmt(*dia[k][:2]) for k in ("memorized", "selected", "precision", "recall")]
+        label = ROWS[row][0] + ("" if len(runs) == len(seeds) else f" (n={len(runs)} of {len(seeds)})")
+        lines.append(f"| {label} | {c['lr']:g} | {setting} | " + " | ".join(cells) + " |")
+    return lines
+
+
+# ---------------------------------------------------------------- main
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("stage", choices=("regime", "select", "report"))
+    p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs, choice.json and the tables")
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
+                   help="the four Fashion-MNIST IDX files (Debian: apt-get install dataset-fashion-mnist)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time, each with an equal share of the cores "
+                                                        "(and the one GPU, when train.py sees one)")
+    p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report: seeds 0..N-1")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="cpu",
+                   help="train.py's --device for every run (default cpu: the documented timings are 2 CPU cores)")
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if args.jobs < 1 or not 1 <= args.seeds <= 9:
+        p.error("--jobs must be at least 1 and --seeds between 1 and 9")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out} is a file; give a directory")
+    global DATA
+    DATA = ["--dataset", "fashionmnist", "--data-dir", args.data_dir]
+    extra = ["--device", args.device, "--workers", "0"] + extra
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    command = shlex.join(["python", "-m", "tools.demo", *argv])
+    choice_path = os.path.join(args.out, "choice.json")
+    if args.stage == "regime":
+        failed = run_jobs(regime_jobs(args.out, extra), jobs=args.jobs)
+        lines, ok = regime_report(args.out)
+        text = "\n".join([f"# Regime: zero knowledge at the base schedule (lr {BASE_LR:g}), seeds "
+                          f"{', '.join(map(str, SELECT_SEEDS))}", "", PRECONDITIONS + ".", ""] + lines +
+                         ["", f"All hold: {'yes' if ok else 'no'}. `{command}`, {time.time() - t0:.0f} s.", ""])
+        path = os.path.join(args.out, "regime.md")
+    elif args.stage == "select":
+        failed = run_jobs(select_jobs(args.out, extra), jobs=args.jobs)
+        choice = choose(args.out, ["ce-zero", "mylc-zero", "mylc-all", "mylc-cmds", "mylc-cmdp"])
+        failed.update(run_jobs(select_jobs(args.out, extra, choice), jobs=args.jobs))
+        choice.update(choose(args.out, ["ce-cmdp"], choice))
+        with open(choice_path, "w") as f:
+            json.dump(dict(derived(choice), command=command), f, indent=1)
+        try:
+            heat_map(args.out, os.path.join(args.out, "select-eta-b.png"))
+        except (ImportError, SystemExit):  # no matplotlib: the table and choice.json are what the report needs
+            print("demo: no heat map without matplotlib (pip install matplotlib)", file=sys.stderr)
+        lines, ok = regime_report(args.out)
+        text = "\n".join(["# Selection on the clean 10% validation split", "",
+                          f"Seeds {', '.join(map(str, SELECT_SEEDS))} (not reported). Each row's choice: the best "
+                          "mean final-epoch validation accuracy (val_acc_mean).", ""] + select_table(args.out, choice)
+                         + ["", "Preconditions at the base schedule: " + PRECONDITIONS + "."] + lines +
+                         ["", f"`{command}`, {time.time() - t0:.0f} s this invocation.", ""])
+        path = os.path.join(args.out, "select.md")
+    else:
+        if not os.path.exists(choice_path):
+            p.error(f"{choice_path} not found: run `python -m tools.demo select --out {args.out}` first")
+        with open(choice_path) as f:
+            choice = {k: v for k, v in json.load(f).items() if k in ROWS}
+        choice = {row: choice[row] for row in ROWS if row in choice}
+        seeds = REPORT_SEEDS[:args.seeds]
+        failed = run_jobs(report_jobs(args.out, choice, seeds, extra), jobs=args.jobs)
+        lines, ok = regime_report(args.out, seeds, "report", {r: choice[r]["lr"] for r in ("ce-zero", "mylc-zero")})
+        text = "\n".join([f"# Fashion-MNIST, 40% symmetric noise: every row at its validation-chosen setting, seeds "
+                          f"{', '.join(map(str, seeds))}", ""] + report_table(args.out, choice, seeds) +
+                         ["", "Final test accuracy: the mean of the models' final-epoch accuracies (the paper's "
+                          "number), mean ± sample std over seeds. Δ: per-seed difference against zero knowledge with "
+                          "the same label correction on the same seed; a **win** when the 95% t-interval's lower end "
+                          "is above 0. Diagnostics: means over epochs and models (memorised: the last epoch).", "",
+                          "Preconditions again, on the reported zero-knowledge rows at their chosen lr: " +
+                          PRECONDITIONS + "."] + lines + ["", f"`{command}`, {time.time() - t0:.0f} s this invocation.",
+                                                          ""])
+        path = os.path.join(args.out, "report.md")
+    with open(path, "w") as f:
+        f.write(text)
+    print(text)
+    print(f"written: {path}" + (f"; {len(failed)} runs failed: {', '.join(sorted(failed))}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
