@@ -30,6 +30,7 @@ import models
 from training import rundir
 import train
 from mutual import NAMES
+from training.batches import Placement
 from training.report import evaluate
 
 
@@ -124,7 +125,7 @@ def main(argv=None):
     amp = "off" if device.type == "cpu" else {"auto": "bf16"}.get(amp, amp)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
-    evals = train.eval_batches(d, tests, dict(device=device, rank=0, world=1, memory_format=fmt), args.workers)
+    evals = train.eval_batches(d, tests, Placement(device, workers=args.workers, memory_format=fmt))
     acc = evaluate(nets, evals, autocast, device)
     for name in tests:
         p = "test" if name == next(iter(tests)) else name

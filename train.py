@@ -41,13 +41,13 @@ import torch.distributed as dist
 from training import datasets
 import models
 from training import rundir
-from training.batches import Batches
+from training.batches import Batches, Placement, Spec
 from training.config import fail, get_args, pick_device, resolve
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, sum_names
 from noise import add_noise
 from training.cifar_n import human_labels
-from training.progress import Progress
+from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
 
@@ -63,10 +63,10 @@ def setup_distributed():
 def load_data(args):
     """The dataset, its training subset and splits: (d, train, tests, keep), keep the indices of the training
     samples kept (after --subset and --val-split) in the dataset's training set. Raises datasets.DataError."""
-    d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, seed=args.seed,
-                              synthetic_size=args.synthetic_size, synthetic_classes=args.synthetic_classes,
-                              synthetic_test_size=args.synthetic_test_size,
-                              synthetic_difficulty=args.synthetic_difficulty, synthetic_shift=args.synthetic_shift)
+    synthetic = datasets.Synthetic(size=args.synthetic_size, test_size=args.synthetic_test_size,
+                                   classes=args.synthetic_classes, difficulty=args.synthetic_difficulty,
+                                   shift=args.synthetic_shift, seed=args.seed)
+    d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, synthetic=synthetic)
     rng = np.random.default_rng(args.seed if args.subset_seed is None else args.subset_seed)
     keep = np.arange(len(d.train.labels))
     if args.subset is not None:
@@ -83,17 +83,19 @@ def load_data(args):
 
 
 def batch_args(args, d, setup):
-    """Batches' settings for the training set: batch size, augmentation (no flip for digits), normalisation,
-    device and rank."""
-    return dict(batch_size=args.batch_size, augment=args.augment == "paper", flip=args.dataset not in datasets.NO_FLIP,
-                mean=d.mean, std=d.std, workers=args.workers, **setup.placement())
+    """Batches' settings for the training set: its spec (batch size, normalisation, augmentation, no flip for
+    digits) and its placement (device, rank, world, workers, memory format)."""
+    spec = Spec(batch_size=args.batch_size, mean=d.mean, std=d.std, augment=args.augment == "paper",
+                flip=args.dataset not in datasets.NO_FLIP)
+    return dict(spec=spec, placement=setup.placement(args.workers))
 
 
-def eval_batches(d, tests, placement, workers):
-    """One Batches per test set: every sample once, in order, no augmentation. placement: Batches' device,
-    rank, world and memory_format (Setup.placement)."""
-    return {name: Batches(v, labels=v.labels, clean=v.labels, batch_size=500, train=False, mean=d.mean, std=d.std,
-                          workers=workers, **placement) for name, v in tests.items()}
+def eval_batches(d, tests, placement):
+    """One Batches per test set: every sample once, in order, no augmentation, 500 a batch. placement: a
+    batches.Placement (Setup.placement)."""
+    spec = Spec(batch_size=500, mean=d.mean, std=d.std, train=False)
+    return {name: Batches(v, labels=v.labels, clean=v.labels, spec=spec, placement=placement)
+            for name, v in tests.items()}
 
 
 def build_models(args, num_classes, train, setup):
@@ -162,7 +164,7 @@ def main(argv=None):
     start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
     loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
         args, d, setup)))
-    evals = eval_batches(d, tests, setup.placement(), args.workers)
+    evals = eval_batches(d, tests, setup.placement(args.workers))
     row = summary = writer = None
     try:
         run.start(noisy, d.num_classes)
@@ -181,7 +183,7 @@ def main(argv=None):
             run.log_epoch(row, hist.cpu().numpy(), method.chi(epoch, args.epochs, d.num_classes), models, r)
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
-            summary = finish(args, row, run, models, d, train, writer)
+            summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
     except (KeyboardInterrupt, datasets.DataError, rundir.RunError) as e:
         stopped(e, run, argv, loop.progress, setup.rank)
     if dist.is_initialized():
@@ -214,9 +216,10 @@ class Setup(NamedTuple):
     def fmt(self):
         return torch.channels_last if self.channels_last == "on" else torch.contiguous_format
 
-    def placement(self):
-        """Where batches go: Batches' device, rank, world and memory_format."""
-        return dict(device=self.device, rank=self.rank, world=self.world, memory_format=self.fmt)
+    def placement(self, workers=0):
+        """Where batches go: a batches.Placement of this process's device, rank, world and memory format;
+        workers: the DataLoader processes that read image files (--workers)."""
+        return Placement(self.device, rank=self.rank, world=self.world, workers=workers, memory_format=self.fmt)
 
     def log(self, *a, **k):
         if self.rank == 0:
@@ -273,8 +276,8 @@ class Loop(NamedTuple):
         autocast = dict(device_type=setup.device.type, dtype=torch.bfloat16 if setup.amp == "bf16" else torch.float16,
                         enabled=setup.amp != "off")
         scaler = torch.amp.GradScaler(setup.device.type, enabled=setup.amp == "fp16")
-        progress = Progress(batches.steps(), args.epochs, args.batch_size, every=args.log_every,
-                            enabled=setup.rank == 0)
+        progress = Progress(batches.steps(), args.epochs, args.batch_size,
+                            Display(every=args.log_every, enabled=setup.rank == 0))
         return cls(fwd, rundir.Models(nets, models.opts, models.scheds), batches, method, args.epochs, args.seed,
                    autocast, scaler, progress)
 
@@ -356,11 +359,18 @@ def report_epoch(row, loop, rank, writer):
         add_scalars(writer, row)
 
 
-def finish(args, row, run, models, d, train, writer):
-    """The end of a run (rank 0): the final weights, summary.json, the last line. Returns the summary."""
+def weights_meta(args, d, train):
+    """What the final weights file records beside the weights (evaluate.py reads it): the dataset, its number
+    of classes, the epochs, the input size of the training images and their normalisation."""
     size = list(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else [3, train.size, train.size]
-    summary = run.finish(row, models, meta=dict(dataset=args.dataset, num_classes=d.num_classes, epoch=args.epochs,
-                                                input_size=size, mean=d.mean, std=d.std))
+    return dict(dataset=args.dataset, num_classes=d.num_classes, epoch=args.epochs, input_size=size, mean=d.mean,
+                std=d.std)
+
+
+def finish(args, row, run, models, meta, writer):
+    """The end of a run (rank 0): the final weights with meta (weights_meta), summary.json, the last line.
+    Returns the summary."""
+    summary = run.finish(row, models, meta=meta)
     if writer is not None:
         writer.close()
     print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +

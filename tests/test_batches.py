@@ -78,10 +78,11 @@ def drain(batches, seed=0, epoch=0):
 
 
 def test_batches_in_memory_order_sharding_and_resume():
-    d = load_dataset("synthetic", None, synthetic_size=10, synthetic_test_size=5, synthetic_classes=2)
+    d = load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=10, test_size=5, classes=2))
     ids = np.arange(10) * 10  # a label that names its sample
-    make = lambda **k: batches.Batches(d.train, labels=ids, clean=ids + 1, batch_size=4, mean=d.mean, std=d.std,  # noqa: E731
-                                        device="cpu", **k)
+    spec = batches.Spec(batch_size=4, mean=d.mean, std=d.std)
+    make = lambda **k: batches.Batches(d.train, labels=ids, clean=ids + 1, spec=spec,  # noqa: E731
+                                        placement=batches.Placement("cpu", **k))
     one = drain(make())
     assert make().steps() == len(one) == 3  # 4 + 4 + 2
     assert sorted(sum([y for _, y, _ in one], [])) == ids.tolist()
@@ -99,10 +100,10 @@ def test_batches_in_memory_order_sharding_and_resume():
 
 
 def test_batches_eval_is_every_sample_in_order_unaugmented():
-    d = load_dataset("synthetic", None, synthetic_size=10, synthetic_test_size=7, synthetic_classes=2)
+    d = load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=10, test_size=7, classes=2))
     t = d.tests["test"]
-    b = batches.Batches(t, labels=t.labels, clean=t.labels, batch_size=3, mean=d.mean, std=d.std, device="cpu",
-                        memory_format=torch.channels_last, train=False)
+    b = batches.Batches(t, labels=t.labels, clean=t.labels, spec=batches.Spec(3, d.mean, d.std, train=False),
+                        placement=batches.Placement("cpu", memory_format=torch.channels_last))
     got = drain(b)
     assert b.steps() == len(got) == 3 and sum([y for _, y, _ in got], []) == t.labels.tolist()
     x = torch.cat([x for x, _, _ in got])
@@ -114,10 +115,11 @@ def test_batches_from_files(tmp_path):
     write_folder(tmp_path)
     d = load_dataset("folder", tmp_path, image_size=72)
     ids = np.arange(6)
-    train = batches.Batches(d.train, labels=ids, clean=ids, batch_size=4, mean=d.mean, std=d.std, device="cpu")
+    train = batches.Batches(d.train, labels=ids, clean=ids, spec=batches.Spec(4, d.mean, d.std),
+                            placement=batches.Placement("cpu"))
     got = drain(train)
     assert [len(y) for _, y, _ in got] == [4, 2] and sorted(sum([y for _, y, _ in got], [])) == ids.tolist()
     assert got[0][0].shape == (4, 3, 72, 72) and got[0][0].dtype == torch.float32
-    test = batches.Batches(d.tests["test"], labels=ids, clean=ids, batch_size=4, mean=d.mean, std=d.std, device="cpu",
-                           train=False)
+    test = batches.Batches(d.tests["test"], labels=ids, clean=ids, spec=batches.Spec(4, d.mean, d.std, train=False),
+                           placement=batches.Placement("cpu"))
     assert sum([y for _, y, _ in drain(test)], []) == ids.tolist()

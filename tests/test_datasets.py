@@ -12,7 +12,7 @@ from PIL import Image
 from training import batches
 from training import datasets
 from training import webvision
-from training.datasets import DataError, FileImages, TensorImages, load_dataset
+from training.datasets import DataError, FileImages, Synthetic, TensorImages, load_dataset
 
 
 def save_image(path, size=(20, 16), colour=(200, 30, 90), mode="RGB"):
@@ -355,8 +355,8 @@ def nearest_class_mean_accuracy(d):
 
 
 def test_synthetic_is_deterministic_and_balanced():
-    d1, d2 = load_dataset("synthetic", None, seed=3), load_dataset("synthetic", None, seed=3)
-    other = load_dataset("synthetic", None, seed=4)
+    d1, d2 = [load_dataset("synthetic", None, synthetic=Synthetic(seed=3)) for _ in range(2)]
+    other = load_dataset("synthetic", None, synthetic=Synthetic(seed=4))
     assert torch.equal(d1.train.images, d2.train.images) and np.array_equal(d1.train.labels, d2.train.labels)
     assert torch.equal(d1.tests["test"].images, d2.tests["test"].images)
     assert not torch.equal(d1.train.images, other.train.images)
@@ -370,13 +370,13 @@ def test_synthetic_is_deterministic_and_balanced():
 
 
 def test_synthetic_cifar100_sized():
-    d = load_dataset("synthetic", None, synthetic_size=50000, synthetic_classes=100, synthetic_test_size=10000)
+    d = load_dataset("synthetic", None, synthetic=Synthetic(size=50000, classes=100, test_size=10000))
     assert d.train.images.shape == (50000, 3, 32, 32) and d.tests["test"].images.shape == (10000, 3, 32, 32)
     assert d.num_classes == 100 and np.bincount(d.train.labels, minlength=100).min() == 500
 
 
 def test_synthetic_is_learnable_but_not_trivial():
-    accs = [nearest_class_mean_accuracy(load_dataset("synthetic", None, synthetic_difficulty=diff))
+    accs = [nearest_class_mean_accuracy(load_dataset("synthetic", None, synthetic=Synthetic(difficulty=diff)))
             for diff in (0.5, 2.0, 4.0)]
     assert 0.3 < accs[1] < 0.9  # default: chance is 0.1
     assert accs[0] > accs[1] + 0.05 and accs[1] > accs[2] + 0.05  # difficulty works
@@ -384,7 +384,7 @@ def test_synthetic_is_learnable_but_not_trivial():
 
 def test_synthetic_bad_sizes():
     with pytest.raises(DataError):
-        load_dataset("synthetic", None, synthetic_size=5, synthetic_classes=10)
+        load_dataset("synthetic", None, synthetic=Synthetic(size=5, classes=10))
 
 
 
@@ -394,7 +394,7 @@ def test_unknown_dataset():
 
 
 def test_take_subsets_both_kinds():
-    d = load_dataset("synthetic", None, synthetic_size=20, synthetic_test_size=5, synthetic_classes=2)
+    d = load_dataset("synthetic", None, synthetic=Synthetic(size=20, test_size=5, classes=2))
     idx = np.array([3, 0, 7])
     sub = datasets.take(d.train, idx)
     assert torch.equal(sub.images, d.train.images[idx]) and sub.labels.tolist() == d.train.labels[idx].tolist()

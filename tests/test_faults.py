@@ -27,7 +27,7 @@ from training import rundir
 from tools import paper_tables
 from tools import sweep
 import train
-from training.progress import Progress
+from training.progress import Display, Progress
 from test_datasets import save_image, write_folder, write_webvision
 from test_train import HERE, TINY, cli, metrics
 
@@ -393,7 +393,7 @@ def test_progress_reads_the_loss_only_when_it_prints(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # the line is cut to the terminal's width
     t = [0.0]
     reads = []
-    p = Progress(steps=50, epochs=2, batch_size=10, stream=Terminal(), now=lambda: t[0])
+    p = Progress(steps=50, epochs=2, batch_size=10, display=Display(stream=Terminal(), now=lambda: t[0]))
     p.start_epoch(0)
     for i in range(50):
         t[0] += 0.125
@@ -414,7 +414,7 @@ def test_progress_reads_the_loss_only_when_it_prints(monkeypatch):
 
 def test_progress_eta_counts_testing_time_once_an_epoch_has_finished():
     t = [0.0]
-    p = Progress(steps=10, epochs=3, batch_size=4, every=5, stream=io.StringIO(), now=lambda: t[0])
+    p = Progress(steps=10, epochs=3, batch_size=4, display=Display(every=5, stream=io.StringIO(), now=lambda: t[0]))
     for epoch in range(2):
         p.start_epoch(epoch)
         for i in range(10):
@@ -434,8 +434,8 @@ def test_a_log_gets_plain_progress_lines_and_the_epoch_line_has_losses_and_noise
     assert re.search(r"^  epoch 1/1 step 2/3 \| \d+ img/s \| loss A \d\.\d{3} B \d\.\d{3} \| ETA epoch \d+:\d\d "
                      r"run \d+:\d\d$", printed, re.M) and "\r" not in printed
     row = metrics(out)[0]
-    clean = datasets.load_dataset("synthetic", None, synthetic_size=96, synthetic_test_size=48,
-                                  synthetic_classes=4).train.labels
+    clean = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=96, test_size=48,
+                                                                                  classes=4)).train.labels
     assert row["noise_rate"] == np.mean(np.load(os.path.join(out, "noisy_labels.npy")) != clean)
     assert (f"| loss A {row['train_loss_a']:.3f} B {row['train_loss_b']:.3f} | noise {row['noise_rate']:.2f} |"
             in printed)
@@ -516,3 +516,45 @@ def test_license_and_citation_agree_with_the_readme():
     assert "2106.01489" in cff and "2106.01489" in bibtex
     for family in ("Li", "Wang", "Hu", "Robertson", "Clifton", "Meinel", "Yang"):
         assert f"family-names: {family}" in cff and family in bibtex
+
+
+def readme_and_docs():
+    """{path relative to the repository: text} of README.md and every docs/*.md."""
+    names = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(HERE, "docs")))
+                             if f.endswith(".md")]
+    return {name: open(os.path.join(HERE, name)).read() for name in names}
+
+
+def shown_commands(text, program):
+    """The command lines in text's ```bash blocks that start with `python <program>`, comments cut off."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line.startswith(f"python {program} "):
+                lines.append(line)
+    return lines
+
+
+def test_the_readme_and_docs_name_files_and_functions_that_exist():
+    for name, text in readme_and_docs().items():
+        folder = os.path.dirname(os.path.join(HERE, name))
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):  # relative links and images
+            assert os.path.exists(os.path.join(folder, target)), f"{name} links {target}, which does not exist"
+        for path, function in re.findall(r"`([\w/]+\.py):(\w+)`", text):  # the equation table's file.py:function
+            source = open(os.path.join(HERE, path)).read()
+            assert re.search(rf"^(def|class) {function}\b", source, re.M), f"{name} names {path}:{function}"
+
+
+def test_every_train_and_sweep_command_shown_in_the_readme_and_docs_is_accepted(capsys):
+    docs = readme_and_docs()
+    trains = [c for text in docs.values() for c in shown_commands(text, "train.py")]
+    sweeps = [c for text in docs.values() for c in shown_commands(text, "-m tools.sweep")]
+    assert any("--out runs/smoke" in c for c in trains) and any("--scale demo" in c for c in sweeps)
+    for line in trains:
+        config.resolve(config.get_args(shlex.split(line)[2:]))  # refuses a flag or value that no longer exists
+    for line in sweeps:
+        argv = shlex.split(line)[3:]
+        cut = argv.index("--") if "--" in argv else len(argv)
+        assert sweep.main(argv[:cut] + ["--dry-run"] + argv[cut:]) == 0, line  # the grid and its extra flags
+    capsys.readouterr()

@@ -226,8 +226,9 @@ def flipped(x, d):
 def test_batches_flip_fashionmnist_but_crop_only_mnist(tmp_path, name):
     write_idx(tmp_path, images=ramp)
     d = load_dataset(name, tmp_path, download=False)
-    b = batches.Batches(d.train, labels=d.train.labels, clean=d.train.labels, batch_size=8, mean=d.mean, std=d.std,
-                        device="cpu", flip=name not in datasets.NO_FLIP)
+    b = batches.Batches(d.train, labels=d.train.labels, clean=d.train.labels,
+                        spec=batches.Spec(8, d.mean, d.std, flip=name not in datasets.NO_FLIP),
+                        placement=batches.Placement("cpu"))
     flips = torch.cat([flipped(x, d) for e in range(10) for x, _, _ in b.epoch(0, e)])  # 200 augmented images
     assert len(flips) == 200
     if name == "mnist":
@@ -249,7 +250,7 @@ def test_flip_off_draws_the_same_crops_and_flip_on_is_unchanged():
 @pytest.mark.parametrize("name", ["mnist", "fashionmnist"])
 def test_train_py_never_flips_mnist(tmp_path, monkeypatch, name):
     """Through train.main: every augmented image it trains on is inspected (train.py passes
-    Batches(flip=args.dataset not in datasets.NO_FLIP)); fashionmnist shows that a flip would be seen."""
+    batches.Spec(flip=args.dataset not in datasets.NO_FLIP)); fashionmnist shows that a flip would be seen."""
     write_idx(tmp_path / "data", images=ramp)
     seen = []
     real = batches.augment_batch
@@ -267,7 +268,7 @@ def test_train_py_never_flips_mnist(tmp_path, monkeypatch, name):
     mirrored = [bool((torch.diff(r) < 0).all()) for r in rows]
     assert all(len(r) >= 20 and (torch.diff(r) != 0).all() for r in rows)
     if name == "mnist":
-        assert not any(mirrored), f"{sum(mirrored)} of 40 digits mirrored: train.py must pass Batches(flip=False)"
+        assert not any(mirrored), f"{sum(mirrored)} of 40 digits mirrored: train.py must pass Spec(flip=False)"
     else:
         assert any(mirrored)
 

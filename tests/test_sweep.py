@@ -209,9 +209,9 @@ def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_d
     assert "CPU (" in md and "2 runs at a time" in md
     assert re.search(r"- CE, zero knowledge: memorised \d\.\d\d, best - final -?\d+\.\d points: (hold|do not hold)", md)
     f = dict(zip(paper_tables.SMOKE_FLAGS[::2], paper_tables.SMOKE_FLAGS[1::2]))
-    clean = datasets.load_dataset("synthetic", None, seed=0, synthetic_size=int(f["--synthetic-size"]),
-                                  synthetic_test_size=int(f["--synthetic-test-size"]),
-                                  synthetic_classes=int(f["--synthetic-classes"])).train.labels
+    clean = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(
+        size=int(f["--synthetic-size"]), test_size=int(f["--synthetic-test-size"]),
+        classes=int(f["--synthetic-classes"]), seed=0)).train.labels
     for run in ("zero-ce-sym40-s0", "zero-mylc-sym40-s0"):
         d = os.path.join(out, "demo-smoke", run)
         noisy = np.load(os.path.join(d, "noisy_labels.npy"))

@@ -35,7 +35,7 @@ import torchvision.transforms as T
 from training import config, datasets
 import models
 from appendix_code import paper_cmd_loss
-from training.batches import Batches
+from training.batches import Batches, Placement, Spec
 from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import Method, mutual_step
@@ -224,8 +224,8 @@ def throughput_figures(setup, device, configs=None):
     configs: names "<device|dataloader>_<fp32|bf16>"; bf16 runs in channels_last. Default: both
     pipelines in fp32, and in bf16 too on CUDA.
     """
-    d = datasets.load_dataset("synthetic", None, synthetic_size=setup.images, synthetic_classes=setup.num_classes,
-                              synthetic_test_size=10)
+    d = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(
+        size=setup.images, classes=setup.num_classes, test_size=10))
     labels = d.train.labels
     method = Method(mode="progressive", lc="mylc")
     out = {}
@@ -237,8 +237,8 @@ def throughput_figures(setup, device, configs=None):
         autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=prec == "bf16")
         r = [torch.tensor(0.0, device=device)] * 2
         if pipeline == "device":
-            batches = Batches(d.train, labels=labels, clean=labels, batch_size=setup.batch_size, mean=d.mean,
-                              std=d.std, device=device, memory_format=fmt)
+            batches = Batches(d.train, labels=labels, clean=labels, spec=Spec(setup.batch_size, d.mean, d.std),
+                              placement=Placement(device, memory_format=fmt))
             source = lambda epoch: batches.epoch(0, epoch)  # noqa: E731
         else:
             loader = torch.utils.data.DataLoader(PILDataset(d.train.images, labels, d.mean, d.std),

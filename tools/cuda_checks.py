@@ -17,7 +17,7 @@ import torch
 
 from training import datasets
 import models
-from training.batches import Batches
+from training.batches import Batches, Placement, Spec
 from mutual import Method, mutual_step
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -33,15 +33,15 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     batch, mutual_step, adding up the sums. The count is read after the check.
     """
     method = Method(mode=mode, lc=lc, eta=None if mode in ("mkd", "kdcl") else 4.0)
-    d = datasets.load_dataset("synthetic", None, synthetic_size=1024, synthetic_classes=10)
+    d = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=1024, classes=10))
     torch.manual_seed(0)
     nets = [models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
     opts = [torch.optim.SGD(n.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4) for n in nets]
     scaler = torch.amp.GradScaler(device.type, enabled=False)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=True)
     r = [torch.zeros((), device=device), torch.zeros((), device=device)]
-    batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, batch_size=batch_size, mean=d.mean,
-                      std=d.std, device=device, memory_format=torch.channels_last)
+    batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, spec=Spec(batch_size, d.mean, d.std),
+                      placement=Placement(device, memory_format=torch.channels_last))
     it = batches.epoch(0, 0)
     step = dict(method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
     acc = torch.zeros((), device=device)

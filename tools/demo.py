@@ -3,6 +3,7 @@
     python -m tools.demo regime --out sweeps/fmnist   # zero knowledge alone: do the preconditions hold?
     python -m tools.demo select --out sweeps/fmnist   # every row's lr (and CMD's eta, b) on the clean val split
     python -m tools.demo report --out sweeps/fmnist   # the rows at their chosen settings, 5 seeds, the table
+    python -m tools.demo select --out sweeps/fmnist --jobs 14 -- --device cuda --amp off   # one GPU, 14 runs at a time
 
 Stages, each a grid of train.py runs (sweep.run_jobs: finished runs are skipped, cut ones resume):
 regime -- CE and MyLC with zero knowledge, and CE on clean labels, at the base schedule (BASE, lr 0.05), on
@@ -261,7 +262,8 @@ def report_table(out, choice, seeds):
         acc = mean_std([r[-1]["test_acc_mean"] for r in runs.values()])
         ens = mean_std([r[-1]["test_acc_ens"] for r in runs.values()])
         es = mean_std([early_stopped(r) for r in runs.values()])
-        diag = [run_diagnostics(os.path.join(out, "report", f"{row}-s{s}")) for s in runs]
+        clean_labels = "--noise" in ROWS[row][1] and ROWS[row][1][ROWS[row][1].index("--noise") + 1] == "none"
+        diag = [] if clean_labels else [run_diagnostics(os.path.join(out, "report", f"{row}-s{s}")) for s in runs]
         dia = {k: mean_std([d[k] for d in diag if d[k] is not None] or [math.nan]) for k in
                ("memorized", "selected", "precision", "recall")}
         base = ROWS[row][2]
@@ -292,8 +294,6 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each with an equal share of the cores "
                                                         "(and the one GPU, when train.py sees one)")
     p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report: seeds 0..N-1")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="cpu",
-                   help="train.py's --device for every run (default cpu: the documented timings are 2 CPU cores)")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.jobs < 1 or not 1 <= args.seeds <= 9:
         p.error("--jobs must be at least 1 and --seeds between 1 and 9")
@@ -301,7 +301,7 @@ def main(argv=None):
         p.error(f"--out {args.out} is a file; give a directory")
     global DATA
     DATA = ["--dataset", "fashionmnist", "--data-dir", args.data_dir]
-    extra = ["--device", args.device, "--workers", "0"] + extra
+    extra = ["--workers", "0"] + extra  # flags after -- (--device cuda, --amp off) go to every train.py
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     command = shlex.join(["python", "-m", "tools.demo", *argv])

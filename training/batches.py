@@ -6,12 +6,16 @@ normalize       -- uint8 (N, 3, H, W) -> float (x/255 - mean)/std
 file_transforms -- the paper's crops for Food-101 and WebVision, as torchvision transforms
 IndexedFiles    -- Dataset over FileImages that returns (image, index); labels stay with the caller
 worker_message  -- the one-line message of a DataError raised in a DataLoader worker
+Spec            -- how Batches makes its batches: size, normalisation, shuffling and augmentation
+Placement       -- where Batches puts them: device, DDP rank and world, loader workers, memory format
 Batches         -- an epoch's (x, y, y_clean) batches on the device, sharded over DDP ranks
 
 Datasets that fit in memory (TensorImages) live on the device as one uint8 tensor
 and are augmented there: one gather per batch, no workers, no per-image Python.
 Datasets read from disk (FileImages) go through DataLoader workers.
 """
+from typing import NamedTuple
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -105,10 +109,30 @@ def worker_message(err):
     return last[len(head):] if last.startswith(head) else last
 
 
-class Batches:
-    """The batches of one epoch: (x, y, y_clean), x normalised float (B, 3, H, W) on `device`.
+class Spec(NamedTuple):
+    """How Batches makes the batches of one set (see Batches for what train, augment and flip do)."""
+    batch_size: int       # samples per step, all ranks together
+    mean: tuple           # per-channel normalisation: (x/255 - mean)/std
+    std: tuple
+    train: bool = True    # shuffle and augment; False: every sample once, in order
+    augment: bool = True  # with train: augment (False: the images as they are tested)
+    flip: bool = True     # False: TensorImages' augmentation is crop-only (digits)
 
-    labels (given, maybe noisy) and clean are int arrays aligned with ds.
+
+class Placement(NamedTuple):
+    """Where Batches puts the batches, and who reads them."""
+    device: torch.device  # where x, y and y_clean live (a str such as "cpu" works too)
+    rank: int = 0         # this process's DDP rank ...
+    world: int = 1        # ... among `world`: it takes every world-th sample of each batch
+    workers: int = 0      # DataLoader processes that read FileImages (0: this process)
+    memory_format: torch.memory_format = torch.contiguous_format  # x's (torch.channels_last on CUDA)
+
+
+class Batches:
+    """The batches of one epoch: (x, y, y_clean), x normalised float (B, 3, H, W) on placement.device.
+
+    labels (given, maybe noisy) and clean are int arrays aligned with ds; spec (Spec) says how
+    batches are made, placement (Placement) where they go.
     An epoch's order and augmentation depend only on (seed, epoch), so a resumed
     run sees the same batches. Each global batch of batch_size samples is split
     over the `world` ranks (rank takes every world-th sample), so all ranks run
@@ -121,12 +145,12 @@ class Batches:
     TensorImages crop-only (datasets.NO_FLIP: digits); files always flip.
     """
 
-    def __init__(self, ds, *, labels, clean, batch_size, mean, std, device, rank=0, world=1, workers=0,
-                 memory_format=torch.contiguous_format, train=True, augment=True, flip=True):
-        self.ds, self.batch_size, self.mean, self.std = ds, batch_size, mean, std
-        self.augment, self.flip = train and augment, flip
-        self.device, self.rank, self.world, self.workers = torch.device(device), rank, world, workers
-        self.memory_format, self.train = memory_format, train
+    def __init__(self, ds, *, labels, clean, spec, placement):
+        self.ds, self.spec, self.placement = ds, spec, placement
+        self.batch_size, self.mean, self.std = spec.batch_size, spec.mean, spec.std
+        self.augment, self.flip = spec.train and spec.augment, spec.flip
+        self.device, self.rank, self.world = torch.device(placement.device), placement.rank, placement.world
+        self.workers, self.memory_format, self.train = placement.workers, placement.memory_format, spec.train
         self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=self.device)
         self.clean = torch.as_tensor(np.asarray(clean, dtype=np.int64), device=self.device)
         self.images = ds.images.to(self.device) if isinstance(ds, TensorImages) else None

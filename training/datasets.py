@@ -2,9 +2,10 @@
 
 DATASETS     -- the names load_dataset accepts
 load_dataset -- name -> Data (mini-WebVision's loader is webvision.py)
+Synthetic    -- the settings of the synthetic data set (synthetic.py), load_dataset's `synthetic`
 CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
 IDX          -- where Fashion-MNIST and MNIST live on disk (IDX files, plain or gzipped)
-NO_FLIP      -- the datasets whose paper augmentation is crop-only (batches.Batches(flip=False))
+NO_FLIP      -- the datasets whose paper augmentation is crop-only (batches.Spec(flip=False))
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
@@ -31,31 +32,30 @@ from training import safe_pickle, webvision
 # Data, DataError, take, check_images, ... are images.py's; train.py reaches them through this module too.
 from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataError, FileImages, TensorImages,
                              check_images, first_line, label_array, open_image, require_file, take, to_rgb)
-from training.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, make_synthetic
+from training.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, Synthetic, make_synthetic
 
 DATASETS = ("cifar100", "cifar10", "fashionmnist", "mnist", "food101", "webvision", "folder", "synthetic")
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def load_dataset(name, data_dir, image_size=None, seed=0, download=True, synthetic_size=2000,
-                 synthetic_classes=10, synthetic_test_size=1000, synthetic_difficulty=2.0, synthetic_shift=4):
+def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic()):
     """name -> Data. data_dir is unused for "synthetic". Raises DataError on bad input.
 
     image_size: food101/webvision/folder crop size (default 224/299/224); the side
     of synthetic images (default 32); cifar10/100 accept only None or 32, fashionmnist/mnist
     only None or their files' side (28).
-    seed and synthetic_*: only the synthetic generator reads them (synthetic.py).
+    synthetic: a Synthetic (sizes, classes, difficulty, shift, seed); only the synthetic generator
+    reads it (synthetic.py).
     """
     if name not in DATASETS:
         raise DataError(f"unknown dataset '{name}'; choose from {', '.join(DATASETS)}")
     if name == "synthetic":
         try:
-            train, test = make_synthetic(synthetic_size, synthetic_test_size, synthetic_classes,
-                                         synthetic_difficulty, seed, image_size or 32, shift=synthetic_shift)
+            train, test = make_synthetic(synthetic, image_size or 32)
         except ValueError as err:
             raise DataError(str(err)) from err
-        return Data(TensorImages(*train), {"test": TensorImages(*test)}, synthetic_classes,
+        return Data(TensorImages(*train), {"test": TensorImages(*test)}, synthetic.classes,
                     SYNTHETIC_MEAN, SYNTHETIC_STD)
     if data_dir is None:
         raise DataError(f"dataset '{name}' reads files, but no data directory was given; pass --data-dir")
@@ -220,7 +220,7 @@ IDX_IMAGES, IDX_LABELS = 0x00000803, 0x00000801  # magic numbers: unsigned byte 
 IDX_CLASSES = 10
 # Datasets whose paper augmentation is crop-only: a mirrored 2, 3, 4, 5, 6, 7 or 9 is no digit
 # at all, so a flip would teach shapes no test image has. Clothes (fashionmnist) and CIFAR's
-# objects are the same thing mirrored, and flip. train.py passes Batches(flip=...) from it.
+# objects are the same thing mirrored, and flip. train.py passes batches.Spec(flip=...) from it.
 NO_FLIP = ("mnist",)
 
 

@@ -1,5 +1,6 @@
 """Watching a run inside its epochs (the paper's runs are 80-200 epochs of hours): a live progress line.
 
+Display  -- where the line goes and how often: every N steps or by time, rank 0 only, the stream and clock
 Progress -- where training is (epoch, step), images per second, the ETA of the epoch and of the run,
             and the running training losses L_A and L_B (Eqs. 5-6; one per model in a cohort) of the epoch so far
 clock    -- h:mm:ss
@@ -13,6 +14,7 @@ import shutil
 import string
 import sys
 import time
+from typing import Callable, NamedTuple, Optional, TextIO
 
 
 def clock(seconds):
@@ -21,16 +23,24 @@ def clock(seconds):
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+class Display(NamedTuple):
+    """Where the progress line goes and how often."""
+    every: int = 0                   # print every N steps (0: by time, see the module's text)
+    enabled: bool = True             # False on every rank but 0: nothing is printed
+    stream: Optional[TextIO] = None  # None: sys.stdout (for tests: any file-like object)
+    now: Callable[[], float] = time.monotonic  # a monotonic clock in seconds (for tests: a fake one)
+
+
 class Progress:
-    """The progress line of one process (pass enabled=False on every rank but 0).
+    """The progress line of one process (pass Display(enabled=False) on every rank but 0).
 
     steps: training steps per epoch; epochs: Γ; batch_size: images per step, all ranks together.
-    every: print every N steps (0: by time). stream and now (a monotonic clock) are for tests.
+    display: a Display (every N steps or by time; enabled; stream and clock, for tests).
     """
 
-    def __init__(self, steps, epochs, batch_size, every=0, enabled=True, stream=None, now=time.monotonic):
-        self.steps, self.epochs, self.batch_size, self.every = steps, epochs, batch_size, every
-        self.enabled, self.stream, self.now = enabled, stream or sys.stdout, now
+    def __init__(self, steps, epochs, batch_size, display=Display()):
+        self.steps, self.epochs, self.batch_size, self.every = steps, epochs, batch_size, display.every
+        self.enabled, self.stream, self.now = display.enabled, display.stream or sys.stdout, display.now
         self.tty = self.stream.isatty()
         self.interval = 0.5 if self.tty else 30.0  # seconds between lines when every == 0
         self.epoch, self.step = None, 0  # the epoch running (0-based; None before the first) and its last step
