@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from training import config
-from training import cifar_n
+from training import cifar_n, rundir
 from tools import plot
 import train
 from training.datasets import DataError, load_dataset
@@ -228,14 +228,17 @@ def test_one_epoch_with_human_labels(tmp_path, capsys, dataset):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["noise_file"] == str(root / cifar_n.HUMAN_FILES[dataset]) and cfg["rate"] is None
     assert cfg["noise_key"] == ("worst" if dataset == "cifar10" else None)
-    assert plot.describe(cfg)["noise"] == ("human worst" if dataset == "cifar10" else "human")  # no rate to print
+    assert plot.describe(cfg)["noise"] == ("human label noise (worst)" if dataset == "cifar10" else
+                                           "human label noise")  # no rate to print
 
 
 def test_subset_and_val_split_keep_each_image_with_its_human_label(tmp_path):
     root, clean, d = cifar(tmp_path, "cifar10")
     args = config.resolve(config.get_args(run_args(root, "cifar10", "--noise-key", "aggre", "--subset", "30",
                                                    "--val-split", "0.2")))
-    data, tr, tests, noisy = train.data_and_labels(args, None, print)
+    fresh = rundir.Run(str(tmp_path / "unused"), {}, resume=False, writes=False)  # a new run: the labels are drawn
+    setup = train.Setup(0, 1, 0, torch.device("cpu"), "off", "off", {})
+    data, tr, tests, noisy = train.data_and_labels(args, fresh, setup)
     full = data.train.images.reshape(len(clean), -1)
     # the fixture's images are random, so each identifies its index in the training set
     index = {bytes(full[i].numpy()): i for i in range(len(clean))}
