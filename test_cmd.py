@@ -1,5 +1,6 @@
 """Property tests for the paper's equations: schedule.py, losses.py, label_correction.py, noise.py."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -376,7 +377,6 @@ def test_add_noise_fixed_seed_is_machine_independent():
 # ---- README: the copy-the-loss snippet works as written ----
 
 def readme_snippet():
-    import os
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")).read()
     section = text[text.index("## Copy the loss"):]
     return section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 3)]

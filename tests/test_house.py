@@ -170,3 +170,17 @@ def test_the_root_holds_the_paper_and_the_entry_points():
     assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines"}, py
     for folder in ("training", "tools", "tests"):
         assert os.path.isfile(os.path.join(HERE, folder, "__init__.py")) or folder == "tests"
+
+
+def test_every_import_inside_a_function_says_why():
+    paths = glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "training", "*.py")) + \
+        glob.glob(os.path.join(HERE, "tools", "*.py"))
+    for path in paths:
+        lines = open(path).read().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.FunctionDef):
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                        line = lines[inner.lineno - 1]
+                        above = lines[inner.lineno - 2].strip()
+                        assert "#" in line or above.startswith("#"), f"{os.path.basename(path)}:{inner.lineno}: {line}"

@@ -214,7 +214,7 @@ class PILDataset(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, i):
-        from PIL import Image
+        from PIL import Image  # in the DataLoader worker, as a torchvision dataset does
         return self.tf(Image.fromarray(self.images[i])), int(self.labels[i])
 
 

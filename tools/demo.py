@@ -203,7 +203,7 @@ def select_table(out, choice):
 
 def heat_map(out, path):
     """Validation accuracy of MyLC CMD-S (b = 0) and CMD-P over (eta, b), each cell its best lr."""
-    from tools.plot import pyplot, save
+    from tools.plot import pyplot, save  # matplotlib only for the figure: select's table and choice need none
     plt = pyplot()
     bs = sorted({b for _, b in ETA_B} | {0.0})
     grid = [[max((val_score(out, "mylc-cmds" if b == 0 else "mylc-cmdp", (lr, eta, b))[0] or -1, lr) for lr in LRS)

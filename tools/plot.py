@@ -46,9 +46,9 @@ HIST_KEYS = ("epoch", "counts", "edges", "known_clean", "chi_start", "chi_end")
 def pyplot():
     """matplotlib.pyplot on Agg, or a one-line error and exit 1 when it is not installed."""
     try:
-        import matplotlib
+        import matplotlib  # here, so that a missing matplotlib is one line, not a traceback
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # after use("Agg"): no display needed
     except ImportError:
         sys.exit("plot.py: error: matplotlib is not installed; pip install matplotlib")
     return plt

@@ -110,7 +110,7 @@ def final_accuracies(row):
 def tensorboard(out):
     """A SummaryWriter into out/tensorboard, or None with a one-line hint when tensorboard is missing."""
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # optional: only --tensorboard needs the package
     except Exception as e:  # ImportError, or a tensorboard that does not fit this torch
         print(f"train.py: note: --tensorboard needs the tensorboard package ({type(e).__name__}: {e}); "
               f"pip install tensorboard. Training goes on; metrics.jsonl has every number", file=sys.stderr)

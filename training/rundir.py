@@ -126,7 +126,7 @@ def _same_settings(saved, config, path):
 
 def provenance(device, world):
     """What this process runs on and with: start time, device, versions, and the code's git commit."""
-    import torchvision
+    import torchvision  # here: its version only, for config.json
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
