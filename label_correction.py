@@ -12,11 +12,12 @@ model_confidence        -- Eq. 8: r = 1 - sum_i H(p_i) / (n H(u)), from the pred
 confidence_from_sum     -- Eq. 8 from sum_i H(p_i) and n, as the training loop accumulates them
 mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
 tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
+gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q)/q, a loss
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
 the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
 
-What CMD distils for the loss-type methods: CP and Tf-KD_reg have no target of
+What CMD distils for the loss-type methods: CP, Tf-KD_reg and GCE have no target of
 the form (1 - eps) q + eps p_tilde, so a model trained with them passes its peer
 the given label q (docs/paper-notes.md, "CP"). Selection still applies: the peer learns q
 only where this model is confident.
@@ -140,3 +141,19 @@ def tfkd_reg_loss(logits, labels, a=0.99, T=20.0, alpha=0.1, multiplier=100.0, l
         logp = F.log_softmax(logits.float(), dim=-1)
     kl = F.kl_div(logp, target, reduction="sum") / logp.numel()  # mean over N*K, as nn.KLDivLoss()
     return (1 - alpha) * F.nll_loss(logp, labels) + alpha * multiplier * kl  # nll of log_softmax = cross-entropy
+
+
+def gce_loss(logits, labels, gce_q=0.7, logp=None):
+    """GCE (Zhang and Sabuncu 2018): mean_n L_q, L_q = (1 - p_y^q) / q, the negative Box-Cox transform of p_y.
+
+    q = gce_q in (0, 1] (default 0.7, the value of the GCE paper's experiments), not the label q of the rest
+    of this file. q -> 0 is CE, -log p_y; q = 1 is MAE up to a factor, 1 - p_y = |e_y - p|_1 / 2. Plain L_q,
+    not the truncated variant. p_y^q is computed as exp(q log p_y), and 1 - exp(.) as -expm1(.), from float32
+    log-probabilities: exact for small q, finite where p_y underflows. logits: (N, K) with gradient; labels:
+    (N,) int64 given labels. logp: optional log_softmax(logits) in float32 that the caller already has
+    (losses.log_probs). Returns a scalar. Models trained with GCE distil q to their peer (see the module docstring).
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    logp_y = logp.gather(1, labels[:, None])[:, 0]  # (N,) log p_y
+    return (-torch.expm1(gce_q * logp_y) / gce_q).mean()

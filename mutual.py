@@ -1,13 +1,15 @@
 """The CMD method (paper §3): two models that each correct their own labels and distil their confident knowledge.
 
-Method      -- the method's hyperparameters (mode, lc, eta, b, each label correction's constants):
+Method      -- the method's hyperparameters (mode, lc, eta, b, each label correction's and comparator's constants):
                the one source of their defaults and of train.py's flags for them
-MODES, LCS  -- the knowledge modes and the self label corrections
+MODES, LCS  -- the knowledge modes (and the comparators of baselines.py) and the self label corrections
+SMALL_LOSS  -- the modes that are baselines.py's small-loss methods: Co-teaching, Co-teaching+, JoCoR
 targets     -- q_tilde, one model's own target (label_correction.py)
 self_loss   -- L_selfKD of Eqs. 5-6 for one model
 NAMES, sum_names -- the models' names (a, b, c, ...) and the named sums mutual_step adds up on the device
 entropy_histogram -- counts of H(p) per model, for samples with clean and with noisy given labels
-mutual_step -- one training step of A and B (or of a cohort), in the order of §3
+mutual_step -- one training step of A and B (or of a cohort), in the order of §3; for the SMALL_LOSS modes, one
+               step of that method (baselines.py)
 
 One step, for a batch x with given (possibly noisy) labels q:
   p_A, p_B        = the two models' predictions on x
@@ -15,7 +17,8 @@ One step, for a batch x with given (possibly noisy) labels q:
   L_B2A, L_A2B    = Eqs. 3-4: H(q~_B, p_A) where H(p_B) < chi, and mirrored
   L_A, L_B        = Eqs. 5-6: L_A = L_selfKD(A) + L_B2A, L_B = L_selfKD(B) + L_A2B
   then one backward pass of L_A + L_B and one SGD step per model.
-chi comes from Eq. 7 (schedule.py): Method.chi gives it at a point of training.
+chi comes from Eq. 7 (schedule.py): Method.chi gives it at a point of training; the SMALL_LOSS modes'
+R(t) likewise comes from Method.remember, once an epoch.
 
 A cohort of M > 2 models (beyond the paper, as Deep Mutual Learning trains cohorts) applies Eqs. 3-4 to
 every pair, and model k's objective averages what its peers teach it:
@@ -29,7 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, mylc, one_hot, proselflc,
+from baselines import coteaching, coteaching_plus, jocor, remember_rate
+from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
 from losses import cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, soft_cross_entropy
 from schedule import chi as chi_schedule
@@ -38,14 +42,18 @@ from schedule import chi as chi_schedule
 # larger eta and a smaller b do better, so CMD-S takes Table 5's best, eta = 4, and CMD-P lets chi fall
 # (b = -5) from 1.85x to 0.15x that static value. all: eta = 1 is Table 5's "H(u)" row, which equals
 # Table 1's "All" column. zero: eta = inf gives chi = 0. mkd and kdcl are the baselines of Table 4,
-# which distil everything by their own losses and have no threshold.
+# which distil everything by their own losses and have no threshold. coteach, coteach+ and jocor are the
+# small-loss methods of Table 3 and §2.2 (baselines.py), which select samples by their loss, not by chi.
 MODES = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "progressive": (4.0, -5.0),
-         "mkd": (None, None), "kdcl": (None, None)}
-LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd")
+         "mkd": (None, None), "kdcl": (None, None), "coteach": (None, None), "coteach+": (None, None),
+         "jocor": (None, None)}
+SMALL_LOSS = ("coteach", "coteach+", "jocor")  # pair-only; they train on the given labels with R(t) of baselines.py
+LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd", "gce")
 ENTROPY_BINS = 40  # equal bins of H(p) over [0, ln K] for entropy_histogram
 
 
-ALIASES = {"cmd-s": "static", "cmd-p": "progressive"}  # the paper's names of the modes
+ALIASES = {"cmd-s": "static", "cmd-p": "progressive",  # the paper's names of the modes
+           "co-teaching": "coteach", "co-teaching+": "coteach+"}  # and the comparators' papers' names
 
 
 def knob(default, help, check=None):
@@ -70,7 +78,9 @@ class Method:
     """
     mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
                                     "progressive = CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = "
-                                    "KDCL-MinLogit. The paper's names cmd-s and cmd-p are accepted, in any case")
+                                    "KDCL-MinLogit; coteach = Co-teaching, coteach+ = Co-teaching+, jocor = JoCoR "
+                                    "(baselines.py, pairs only, on the given labels). The papers' names cmd-s, "
+                                    "cmd-p, co-teaching and co-teaching+ are accepted, in any case")
     lc: str = knob("mylc", "self label correction q~ of each model")
     eta: float | None = knob(MODES["progressive"][0], "η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero "
                                                        "knowledge, (0, 1] with b = 0: all")
@@ -92,10 +102,32 @@ class Method:
     mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
     kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
     kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
+    gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
+                        (lambda v: 0 < v <= 1, "in (0, 1]"))
+    forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
+                                           "jocor (default: --rate with --noise sym/pair, as the authors' code "
+                                           "sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
+    num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
+                            (lambda v: v >= 1, "at least 1"))
+    coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
+                                     "authors' code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their "
+                                     "init_epoch 5 and 20 with epochs counted from 1)",
+                                  (lambda v: v >= 0, "at least 0"))
+    jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
+                                     "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
 
     def chi(self, t, total, num_classes):
-        """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd and kdcl, which have no threshold."""
+        """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd, kdcl and SMALL_LOSS, which have no threshold."""
         return None if self.eta is None else chi_schedule(t, total, num_classes, self.eta, self.b)
+
+    def remember(self, epoch):
+        """R(t) of the SMALL_LOSS modes in the (0-based) epoch, once an epoch (baselines.remember_rate); None for
+        the others."""
+        return remember_rate(epoch, self.forget_rate, self.num_gradual) if self.mode in SMALL_LOSS else None
+
+    def disagrees(self, epoch):
+        """Whether Co-teaching+ keeps only its disagreements in the (0-based) epoch: after coteach_plus_init."""
+        return self.mode == "coteach+" and epoch >= self.coteach_plus_init
 
 
 def targets(method, q, p, h, r, progress):
@@ -112,13 +144,13 @@ def targets(method, q, p, h, r, progress):
         return proselflc(q, p, progress, method.proselflc_b, method.proselflc_transit, h=h)
     if method.lc == "mylc":
         return mylc(q, p, r, method.mylc_b1, method.mylc_rho, h=h)
-    return q  # ce, cp, tfkd
+    return q  # ce, cp, tfkd, gce
 
 
 def self_loss(method, logits, logp, q, q_tilde, y):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch.
 
-    CP and Tf-KD_reg are losses of their own rather than targets (label_correction.py).
+    CP, Tf-KD_reg and GCE are losses of their own rather than targets (label_correction.py).
     logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
     q_tilde: (N, K) the model's own target; y: (N,) given labels as integers.
     """
@@ -127,6 +159,8 @@ def self_loss(method, logits, logp, q, q_tilde, y):
     if method.lc == "tfkd":
         return tfkd_reg_loss(logits, y, method.tfkd_a, method.tfkd_t, method.tfkd_alpha, method.tfkd_multiplier,
                              logp=logp)
+    if method.lc == "gce":
+        return gce_loss(logits, y, method.gce_q, logp=logp)
     return soft_cross_entropy(q_tilde, logp).mean()
 
 
@@ -143,7 +177,8 @@ def sum_names(m):
     loss_x           sum of model x's loss (L_A of Eq. 5 for x = a) over samples
     memorized_x      noisy-labelled samples that model x predicts as their wrong given label
     entropy_x        sum of H(p_x), for MyLC's r (Eq. 8)
-    selected_j2k     samples where H(p_j) < chi: j's target taught k (selected_b2a: B taught A, Eq. 3)
+    selected_j2k     samples where H(p_j) < chi: j's target taught k (selected_b2a: B taught A, Eq. 3); for the
+                     SMALL_LOSS modes, the samples of j's selection that k learned (baselines.py)
     clean_j2k        ... of those, the taught target's argmax is the clean label (precision)
     clean_label_j2k  ... of those, the sample's given label is the clean one (recall)
     """
@@ -172,17 +207,21 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
     return out.index_add_(0, idx.flatten(), torch.ones_like(h).flatten()).view(m, 2, bins)
 
 
-def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast, scaler):
+def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast, scaler, keep=None, disagree=False,
+                early=False):
     """One training step of A and B (nets[0], nets[1]; or of a cohort) on the batch x, in the order of §3.
 
     nets, opts: the models and their optimisers. x: (N, C, H, W). y: (N,) given labels;
     y_clean: (N,) clean labels (the given ones when unknown), used only for the sums.
-    chi: Eq. 7's threshold now (None for mkd/kdcl); progress: t/Γ; r: MyLC's confidence of
+    chi: Eq. 7's threshold now (None for mkd/kdcl and SMALL_LOSS); progress: t/Γ; r: MyLC's confidence of
     each model (0-dim device tensors). autocast: torch.autocast's arguments; scaler: a
     GradScaler (enabled for fp16 only).
+    The SMALL_LOSS modes (a pair; baselines.py) take what varies with time from the caller, as chi:
+    keep: R(t) now (Method.remember); disagree: Co-teaching+ past its initial epochs (Method.disagrees);
+    early: Co-teaching+'s step rule for a batch without disagreement (baselines.coteach_plus_early).
     Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the
     (M, 2, ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the
-    device: chi and progress are Python floats, r and the sums stay on the device.
+    device: chi, progress, keep, disagree and early are Python numbers, r and the sums stay on the device.
     """
     m = len(nets)
     with torch.autocast(**autocast):
@@ -191,7 +230,14 @@ def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast
     p = [logp_k.detach().exp() for logp_k in logp]
     q = one_hot(y, z[0].shape[-1])                    # (N, K) given labels
     taught = {}                                       # (j, k) -> (N,) 0/1: the samples on which j taught k
-    if method.mode in ("mkd", "kdcl"):  # the baselines: each model learns all of its peers' predictions
+    if method.mode in SMALL_LOSS:  # Co-teaching, Co-teaching+, JoCoR: the given label, where the loss is small
+        if m != 2 or keep is None:
+            raise ValueError(f"mode {method.mode} trains a pair (got {m} models) and needs keep=R(t) (got {keep})")
+        losses, taught = (coteaching(*z, y, keep) if method.mode == "coteach" else
+                          coteaching_plus(*z, y, keep, disagree, early) if method.mode == "coteach+" else
+                          jocor(*z, y, keep, method.jocor_lambda))
+        q_tilde = [q] * m  # what they teach: the given label, so precision is the selection's label precision
+    elif method.mode in ("mkd", "kdcl"):  # the baselines: each model learns all of its peers' predictions
         losses = (dml_loss(z, q, method.mkd_eps) if method.mode == "mkd" else
                   kdcl_cohort_loss(z, y, method.kdcl_t, method.kdcl_lambda))
         q_tilde = p

@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from training import datasets
 import models
+from baselines import coteach_plus_early
 from training import rundir
 from training.batches import Batches, Placement, Spec
 from training.config import fail, get_args, pick_device, resolve
@@ -326,11 +327,15 @@ def train_epoch(loop, epoch, r, k):
     def running_losses():  # L_A, L_B so far; waits for the device, so only when a progress line is due
         return (acc[losses] / acc[names.index("samples")]).tolist()
 
+    # the comparators' schedules (baselines.py): R(t), stepped once an epoch as their authors' code does, and
+    # whether Co-teaching+ is past its initial epochs
+    keep, disagree = loop.method.remember(epoch), loop.method.disagrees(epoch)
     for i, (x, y, y_clean) in enumerate(batches.epoch(loop.seed, epoch)):
         t = epoch + i / steps  # fractional epochs, for Eq. 7 and ProSelfLC
         sums, step_hist = mutual_step(loop.fwd, loop.models.opts, x, y, y_clean, method=loop.method,
                                       chi=loop.method.chi(t, loop.epochs, k), progress=t / loop.epochs, r=r,
-                                      autocast=loop.autocast, scaler=loop.scaler)
+                                      autocast=loop.autocast, scaler=loop.scaler, keep=keep, disagree=disagree,
+                                      early=coteach_plus_early(epoch, i))
         acc += sums
         hist += step_hist
         progress.update(i + 1, running_losses)

@@ -115,6 +115,7 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
     table = "\n".join(demo.report_table(out, choice, demo.REPORT_SEEDS))
     cmdp = next(line for line in table.splitlines() if line.startswith("| MyLC, CMD-P |"))
     assert "+1.20 [" in cmdp and "**win**" in cmdp and "| 5/5 |" in cmdp
+    assert "| +1.40 [" in cmdp  # against all knowledge, paired on the same seeds
     every = next(line for line in table.splitlines() if line.startswith("| MyLC, all knowledge"))
     assert "**win**" not in every and "| 2/5 |" in every
     m, (lo, hi) = demo.interval([1.0, 1.1, 1.2, 1.3, 1.4])

@@ -322,3 +322,14 @@ def test_train_py_options_on_mnist(tmp_path, flags, train_samples):
         clean, noisy = sets["train"][1].astype(np.int64), np.load(os.path.join(out, "noisy_labels.npy"))
         changed = noisy != clean
         assert changed.any() and (noisy[changed] == (clean[changed] + 1) % 10).all()
+
+
+@pytest.mark.parametrize("value,right,wrong", [(73, "fashionmnist", "mnist"), (33, "mnist", "fashionmnist")])
+def test_the_full_training_set_of_one_dataset_is_refused_as_the_other(tmp_path, value, right, wrong):
+    # The two datasets' files have the same names. 60,000 images of a constant gray: 73/255 = 0.286 is
+    # Fashion-MNIST's mean pixel, 33/255 = 0.129 MNIST's. Plain files: fast to write and read.
+    write_idx(str(tmp_path), n_train=60000, gz=False, images=lambda n, side: np.full((n, side, side), value, np.uint8))
+    assert len(load_dataset(right, str(tmp_path), download=False).train.labels) == 60000
+    with pytest.raises(DataError) as e:
+        load_dataset(wrong, str(tmp_path), download=False)
+    assert f"use --dataset {right}" in one_line(e)

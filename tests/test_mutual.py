@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import models
-from label_correction import (boot_soft, confidence_penalty_loss, label_smoothing, mylc, one_hot, proselflc,
-                              tfkd_reg_loss)
+from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot,
+                              proselflc, tfkd_reg_loss)
 from losses import cmd_loss, entropy
 from mutual import ENTROPY_BINS, LCS, MODES, Method, entropy_histogram, mutual_step, sum_names
 
@@ -40,13 +40,16 @@ def step(nets, opts, x, y, y_clean, method, chi, r=(0.7, 0.3), progress=0.6):
 def expected_self_loss(method, z, q, y, r, progress):
     """L_selfKD written from label_correction.py's functions, independently of mutual.py's dispatch."""
     p = F.softmax(z, -1)
-    q_tilde = {"ce": q, "cp": q, "tfkd": q, "ls": label_smoothing(q, method.ls_eps), "bootsoft": boot_soft(q, p, 0.25),
+    q_tilde = {"ce": q, "cp": q, "tfkd": q, "gce": q, "ls": label_smoothing(q, method.ls_eps),
+               "bootsoft": boot_soft(q, p, 0.25),
                "proselflc": proselflc(q, p, progress, method.proselflc_b, method.proselflc_transit),
                "mylc": mylc(q, p, r, method.mylc_b1, method.mylc_rho)}[method.lc]
     if method.lc == "cp":
         return confidence_penalty_loss(z, q, method.cp_beta), q_tilde
     if method.lc == "tfkd":
         return tfkd_reg_loss(z, y), q_tilde
+    if method.lc == "gce":
+        return gce_loss(z, y, method.gce_q), q_tilde
     return F.cross_entropy(z, q_tilde), q_tilde
 
 
@@ -112,7 +115,7 @@ def test_baselines_distil_everything_and_count_the_peer_prediction(mode):
 
 
 def test_method_modes_and_chi():
-    assert set(MODES) == {"zero", "all", "static", "progressive", "mkd", "kdcl"}
+    assert set(MODES) == {"zero", "all", "static", "progressive", "mkd", "kdcl", "coteach", "coteach+", "jocor"}
     assert Method(mode="zero", eta=math.inf, b=0.0).chi(3, 10, K) == 0.0
     assert Method(mode="all", eta=1.0, b=0.0).chi(3, 10, K) == pytest.approx(math.log(K))
     assert Method(mode="static", eta=4.0, b=0.0).chi(9.5, 10, K) == pytest.approx(math.log(K) / 4)

@@ -163,6 +163,22 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
 
 
 
+def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_the_papers_numbers():
+    todo = paper_tables.jobs("table3", "paper", 1, "sweeps")
+    assert len(todo) == 9 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
+    by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
+    cp = by_name["coteach+-pair40-resnet50-s0"]
+    assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)
+    assert by_name["jocor-sym20-resnet50-s0"].jocor_lambda == 0.85
+    assert by_name["zero-gce-sym40-resnet50-s0"].lc == "gce"
+    t = sweep.PRESETS["table3"][0]
+    assert sweep.paper_of(t, "coteach+", "pair40") == 38.03 and sweep.paper_of(t, "gce", "sym40") == 57.97
+    assert sweep.paper_of(t, "progressive-mylc", "sym40") == 64.30 and "jocor" not in t["paper"]
+    with pytest.raises(ValueError, match="runs only at --scale paper"):
+        paper_tables.jobs("table3", "demo", 1, "sweeps")
+
+
+
 @pytest.mark.parametrize("extra,error", [
     (["--weight-decay", "-1"], "train.py: error: --weight-decay -1.0: must be at least 0, and a number float32 holds"),
     (["--eta", "2"], "sweep.py: error: --eta after -- would override what the grid sets for its runs; leave it out"),

@@ -13,7 +13,7 @@ import torch
 
 from tools import cuda_checks
 import train
-from mutual import LCS, MODES
+from mutual import LCS, MODES, SMALL_LOSS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -252,9 +252,10 @@ def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
     extra = fake_dataset(dataset, tmp_path / "data")
     out = str(tmp_path / "run")
     noise = ["--noise", "sym", "--rate", "0.4"] if dataset in ("cifar100", "folder") else []
+    tau = ["--forget-rate", "0.2"] if mode in SMALL_LOSS and not noise else []  # no noise rate to default to
     summary = train.main(["--dataset", dataset, "--data-dir", str(tmp_path / "data"), "--arch", "cnn", "--epochs", "1",
                           "--batch-size", "4", "--device", "cpu", "--workers", "0", "--mode", mode, "--out", out]
-                         + extra + noise)
+                         + extra + noise + tau)
     assert 0 <= summary["test_acc_mean"] <= 100
     if dataset == "webvision":  # the mini setting reports WebVision val and ILSVRC12 val
         assert "ilsvrc12_val_acc_mean" in summary

@@ -18,10 +18,11 @@ import torch
 from training import datasets
 import models
 from training.batches import Batches, Placement, Spec
-from mutual import Method, mutual_step
+from mutual import MODES, Method, mutual_step
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
-SYNC_CASES = (("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"), ("mkd", "ce"), ("kdcl", "ce"))
+SYNC_CASES = (("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"), ("mkd", "ce"), ("kdcl", "ce"),
+              ("coteach", "ce"), ("coteach+", "ce"), ("jocor", "ce"))
 
 
 def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
@@ -32,7 +33,7 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     steps PyTorch raises RuntimeError, naming the operation, if anything waits for the GPU: drawing the
     batch, mutual_step, adding up the sums. The count is read after the check.
     """
-    method = Method(mode=mode, lc=lc, eta=None if mode in ("mkd", "kdcl") else 4.0)
+    method = Method(mode=mode, lc=lc, eta=None if MODES[mode][0] is None else 4.0, forget_rate=0.2)
     d = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=1024, classes=10))
     torch.manual_seed(0)
     nets = [models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
@@ -43,7 +44,8 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, spec=Spec(batch_size, d.mean, d.std),
                       placement=Placement(device, memory_format=torch.channels_last))
     it = batches.epoch(0, 0)
-    step = dict(method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
+    step = dict(method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler,
+                keep=method.remember(5), disagree=method.disagrees(5), early=False)  # the comparators' (baselines.py)
     acc = torch.zeros((), device=device)
     for _ in range(warmup):
         x, y, y_clean = next(it)

@@ -29,6 +29,7 @@ import sys
 import time
 
 from tools.sweep import mean_std, run_diagnostics, run_jobs
+from training import config
 
 DATA = ["--dataset", "fashionmnist", "--data-dir", "/usr/share/datasets/fashion-mnist"]
 BASE = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
@@ -43,7 +44,8 @@ ETA_B = tuple((eta, b) for eta in (2.0, 4.0) for b in (-2.0, -5.0))
 SELECT_SEEDS = (100, 101)
 REPORT_SEEDS = (0, 1, 2, 3, 4)
 
-# key: (label, train.py flags, the zero-knowledge row it is compared with on the same seed)
+# key: (label, train.py flags, the zero-knowledge row it is compared with on the same seed); the MyLC rows
+# that select knowledge are also compared with all knowledge (VERSUS_ALL), the paper's Table 1 claim.
 ROWS = {
     "clean": ("CE, clean labels (reference)", ["--mode", "zero", "--lc", "ce", "--noise", "none", "--rate", "0"], None),
     "ce-zero": ("CE, zero knowledge", ["--mode", "zero", "--lc", "ce"], None),
@@ -55,6 +57,7 @@ ROWS = {
     "mylc-cmdp": ("MyLC, CMD-P", ["--mode", "progressive", "--lc", "mylc"], "mylc-zero"),
     "cohort": ("MyLC, CMD-P, a cohort of 3", ["--mode", "progressive", "--lc", "mylc", "--peers", "3"], "mylc-zero"),
 }
+VERSUS_ALL = {"mylc-cmds": "mylc-all", "mylc-cmdp": "mylc-all", "cohort": "mylc-all"}
 # What select tunes per row: (lr, eta, b) candidates. clean runs at the base schedule; control, cohort
 # and ce-cmdp derive from other rows' choices (see choose).
 GRID = {
@@ -236,6 +239,18 @@ def interval(diffs):
     return m, (m - half, m + half)
 
 
+def paired(runs, base):
+    """(the mean per-seed difference of final test accuracy with its 95% t-interval, "ahead in k/n") of a row's
+    runs {seed: metrics rows} against another row's on the same seeds; a **win** when the interval is above 0."""
+    if not base:
+        return "–", "–"
+    pairs = [runs[s][-1]["test_acc_mean"] - base[s][-1]["test_acc_mean"] for s in runs if s in base]
+    m, ci = interval(pairs)
+    win = ci is not None and ci[0] > 0
+    return (f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") + (" **win**" if win else ""),
+            f"{sum(p > 0 for p in pairs)}/{len(pairs)}")
+
+
 def early_stopped(rows):
     """Test accuracy at the epoch with the best validation accuracy (the first such epoch)."""
     best = max(range(len(rows)), key=lambda i: (rows[i]["val_acc_mean"], -i))
@@ -252,8 +267,8 @@ def report_table(out, choice, seeds):
         dirs = {s: os.path.join(out, "report", f"{row}-s{s}") for s in seeds}
         got[row] = {s: rows_of(d) for s, d in dirs.items() if finished(d)}
     lines = ["| row | lr | η, b | final test acc (mean of models) | ensemble | early-stopped test acc | "
-             "Δ vs zero, same lc (95% t-interval) | ahead | memorised (end) | selected | precision | recall |",
-             "|---" * 12 + "|"]
+             "Δ vs zero, same lc (95% t-interval) | ahead | Δ vs all knowledge | ahead | memorised (end) | selected | "
+             "precision | recall |", "|---" * 14 + "|"]
     for row, c in choice.items():
         runs = got[row]
         if not runs:
@@ -266,16 +281,9 @@ def report_table(out, choice, seeds):
         diag = [] if clean_labels else [run_diagnostics(os.path.join(out, "report", f"{row}-s{s}")) for s in runs]
         dia = {k: mean_std([d[k] for d in diag if d[k] is not None] or [math.nan]) for k in
                ("memorized", "selected", "precision", "recall")}
-        base = ROWS[row][2]
-        delta, ahead = "–", "–"
-        if base and got.get(base):
-            pairs = [runs[s][-1]["test_acc_mean"] - got[base][s][-1]["test_acc_mean"] for s in runs if s in got[base]]
-            m, ci = interval(pairs)
-            win = ci is not None and ci[0] > 0
-            delta = f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") + (" **win**" if win else "")
-            ahead = f"{sum(p > 0 for p in pairs)}/{len(pairs)}"
+        compared = [paired(runs, got.get(base)) if base else ("–", "–") for base in (ROWS[row][2], VERSUS_ALL.get(row))]
         setting = "–" if c["eta"] is None else f"{c['eta']:g}, {c['b']:g}"
-        cells = [fmt(*acc[:2]), fmt(*ens[:2]), fmt(*es[:2]), delta, ahead] + [
+        cells = [fmt(*acc[:2]), fmt(*ens[:2]), fmt(*es[:2]), *compared[0], *compared[1]] + [
             "–" if math.isnan(dia[k][0]) else fmt(*dia[k][:2]) for k in ("memorized", "selected", "precision", "recall")]
         label = ROWS[row][0] + ("" if len(runs) == len(seeds) else f" (n={len(runs)} of {len(seeds)})")
         lines.append(f"| {label} | {c['lr']:g} | {setting} | " + " | ".join(cells) + " |")
@@ -286,14 +294,16 @@ def report_table(out, choice, seeds):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Flags after -- go to every train.py (e.g. -- --amp off).")
     p.add_argument("stage", choices=("regime", "select", "report"))
     p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs, choice.json and the tables")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
                    help="the four Fashion-MNIST IDX files (Debian: apt-get install dataset-fashion-mnist)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each with an equal share of the cores "
-                                                        "(and the one GPU, when train.py sees one)")
-    p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report: seeds 0..N-1")
+                                                        "(and the one GPU, when train.py sees one) (default 2)")
+    config.add_device_flag(p)
+    p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report: seeds 0..N-1 (default 5)")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.jobs < 1 or not 1 <= args.seeds <= 9:
         p.error("--jobs must be at least 1 and --seeds between 1 and 9")
@@ -301,22 +311,46 @@ def main(argv=None):
         p.error(f"--out {args.out} is a file; give a directory")
     global DATA
     DATA = ["--dataset", "fashionmnist", "--data-dir", args.data_dir]
-    extra = ["--workers", "0"] + extra  # flags after -- (--device cuda, --amp off) go to every train.py
+    extra = ["--device", args.device, "--workers", "0"] + extra
+    choice_path = os.path.join(args.out, "choice.json")
+    if args.stage == "report" and not os.path.exists(choice_path):  # before anything is written
+        p.error(f"{choice_path} not found: run `python -m tools.demo select --out {args.out}` first, or copy the "
+                f"published choice, docs/fmnist/choice.json, there")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     command = shlex.join(["python", "-m", "tools.demo", *argv])
-    choice_path = os.path.join(args.out, "choice.json")
+    try:
+        return run_stage(args, extra, command, t0)
+    except KeyboardInterrupt:  # each run stops at its checkpoint; the same command continues them
+        print("demo: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, the "
+              "others resume from their checkpoints)", file=sys.stderr)
+        return 130
+
+
+def run(todo, jobs, trained):
+    """sweep.run_jobs, counting in trained[0] the runs this invocation trains (not those finished before)."""
+    trained[0] += sum(not finished(j["dir"]) for j in todo)
+    return run_jobs(todo, jobs=jobs)
+
+
+def run_stage(args, extra, command, t0):
+    """One stage: its runs, then its table (and, for select, choice.json and the heat map)."""
+    choice_path, trained = os.path.join(args.out, "choice.json"), [0]
+
+    def footer():
+        return (f"`{command}`: {time.time() - t0:.0f} s this invocation, which trained {trained[0]} runs "
+                f"(the others had finished before).")
     if args.stage == "regime":
-        failed = run_jobs(regime_jobs(args.out, extra), jobs=args.jobs)
+        failed = run(regime_jobs(args.out, extra), args.jobs, trained)
         lines, ok = regime_report(args.out)
         text = "\n".join([f"# Regime: zero knowledge at the base schedule (lr {BASE_LR:g}), seeds "
                           f"{', '.join(map(str, SELECT_SEEDS))}", "", PRECONDITIONS + ".", ""] + lines +
-                         ["", f"All hold: {'yes' if ok else 'no'}. `{command}`, {time.time() - t0:.0f} s.", ""])
+                         ["", f"All hold: {'yes' if ok else 'no'}.", "", footer(), ""])
         path = os.path.join(args.out, "regime.md")
     elif args.stage == "select":
-        failed = run_jobs(select_jobs(args.out, extra), jobs=args.jobs)
+        failed = run(select_jobs(args.out, extra), args.jobs, trained)
         choice = choose(args.out, ["ce-zero", "mylc-zero", "mylc-all", "mylc-cmds", "mylc-cmdp"])
-        failed.update(run_jobs(select_jobs(args.out, extra, choice), jobs=args.jobs))
+        failed.update(run(select_jobs(args.out, extra, choice)[-len(LRS) * len(SELECT_SEEDS):], args.jobs, trained))
         choice.update(choose(args.out, ["ce-cmdp"], choice))
         with open(choice_path, "w") as f:
             json.dump(dict(derived(choice), command=command), f, indent=1)
@@ -329,26 +363,23 @@ def main(argv=None):
                           f"Seeds {', '.join(map(str, SELECT_SEEDS))} (not reported). Each row's choice: the best "
                           "mean final-epoch validation accuracy (val_acc_mean).", ""] + select_table(args.out, choice)
                          + ["", "Preconditions at the base schedule: " + PRECONDITIONS + "."] + lines +
-                         ["", f"`{command}`, {time.time() - t0:.0f} s this invocation.", ""])
+                         ["", footer(), ""])
         path = os.path.join(args.out, "select.md")
     else:
-        if not os.path.exists(choice_path):
-            p.error(f"{choice_path} not found: run `python -m tools.demo select --out {args.out}` first")
         with open(choice_path) as f:
             choice = {k: v for k, v in json.load(f).items() if k in ROWS}
         choice = {row: choice[row] for row in ROWS if row in choice}
         seeds = REPORT_SEEDS[:args.seeds]
-        failed = run_jobs(report_jobs(args.out, choice, seeds, extra), jobs=args.jobs)
+        failed = run(report_jobs(args.out, choice, seeds, extra), args.jobs, trained)
         lines, ok = regime_report(args.out, seeds, "report", {r: choice[r]["lr"] for r in ("ce-zero", "mylc-zero")})
         text = "\n".join([f"# Fashion-MNIST, 40% symmetric noise: every row at its validation-chosen setting, seeds "
                           f"{', '.join(map(str, seeds))}", ""] + report_table(args.out, choice, seeds) +
                          ["", "Final test accuracy: the mean of the models' final-epoch accuracies (the paper's "
                           "number), mean ± sample std over seeds. Δ: per-seed difference against zero knowledge with "
-                          "the same label correction on the same seed; a **win** when the 95% t-interval's lower end "
-                          "is above 0. Diagnostics: means over epochs and models (memorised: the last epoch).", "",
+                          "the same label correction on the same seed, and for the MyLC rows that select, against "
+                          "all knowledge; a **win** when the 95% t-interval's lower end is above 0. Diagnostics: means over epochs and models (memorised: the last epoch).", "",
                           "Preconditions again, on the reported zero-knowledge rows at their chosen lr: " +
-                          PRECONDITIONS + "."] + lines + ["", f"`{command}`, {time.time() - t0:.0f} s this invocation.",
-                                                          ""])
+                          PRECONDITIONS + "."] + lines + ["", footer(), ""])
         path = os.path.join(args.out, "report.md")
     with open(path, "w") as f:
         f.write(text)

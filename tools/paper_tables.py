@@ -1,6 +1,6 @@
 """The paper's tables as data (§4): their numbers, each table's rows and columns as train.py flags, the runs.
 
-PAPER   -- the paper's numbers, transcribed from Tables 1, 2, 4, 5 (Fig. 3 is an image: none)
+PAPER   -- the paper's numbers, transcribed from Tables 1-5 (Fig. 3 is an image: none)
 PRESETS -- each table's rows and columns as train.py flags; sweep.py runs them
 PAPER_SCALE_ONLY -- presets that need their real data, so run only at sweep.py's --scale paper
 MEAN    -- the summary.json key the paper reports: the mean of the two models' final test accuracies
@@ -29,6 +29,14 @@ PAPER = {
         "proselflc": [74.13, 69.49, 71.49, 64.07, 75.73], "static-proselflc": [75.68, 74.22, 72.11, 67.26, 76.25],
         "progressive-proselflc": [75.76, 74.55, 72.58, 68.29, 77.32], "mylc": [73.12, 62.29, 71.04, 65.04, 75.20],
         "static-mylc": [75.39, 74.32, 72.20, 68.45, 75.92], "progressive-mylc": [75.89, 74.72, 73.22, 69.09, 76.42]},
+    # Table 3's CIFAR-100 columns (ResNet50): pair 20%, pair 40%, sym 20%, sym 40%. Its Food-101 and WebVision
+    # columns are other datasets, and its Joint, Forward, MentorNet, T-revision, DMI, S2E, APL and CDR rows
+    # other methods, none of them here. JoCoR is not in the paper: no number.
+    "table3": {
+        "ce": [64.10, 52.77, 63.93, 56.82], "gce": [62.32, 55.03, 65.62, 57.97],
+        "coteach": [58.11, 48.46, 61.47, 53.44], "coteach+": [56.31, 38.03, 64.13, 55.92],
+        "proselflc": [73.11, 69.49, 71.17, 60.38], "progressive-proselflc": [75.16, 73.36, 73.25, 64.09],
+        "mylc": [72.25, 70.84, 69.92, 62.80], "progressive-mylc": [74.38, 73.86, 72.23, 64.30]},
     "table4": {  # ResNet18 and ShuffleNetV2 (trained as a pair), ResNet34 (a pair of two)
         "ce": [50.63, 44.06, 47.20], "tfkd": [51.05, 44.70, 47.39], "proselflc": [58.51, 58.89, 64.07],
         "mylc": [55.94, 61.21, 65.04], "mkd": [60.38, 47.72, 51.42], "kdcl": [55.45, 46.10, 51.20],
@@ -66,6 +74,8 @@ def table(key, title, base, rows, cols):
 
 
 R34, PAIR = ["--arch", "resnet34"], ["--arch", "resnet18,shufflenetv2"]
+R50 = ["--arch", "resnet50"]  # Table 3; its preset row (training/config.py) is CDR's optimiser settings
+PAIR_NOISE = [("pair20", "Pair 20%", noise("pair", 20), MEAN), ("pair40", "Pair 40%", noise("pair", 40), MEAN)]
 KNOWLEDGE = [("zero", "Zero"), ("all", "All"), ("static", "CMD-S"), ("progressive", "CMD-P")]
 # Fig. 3 gives no b values: these span chi falling (b < 0), constant (0) and rising (b > 0).
 B_VALUES = [-10, -5, -2, 0, 2, 5, 10]
@@ -88,8 +98,21 @@ PRESETS = {
                       ("mylc", "MyLC", method("zero", "mylc")),
                       ("static-mylc", "CMD-S+MyLC", method("static", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
-                     [("pair20", "Pair 20%", noise("pair", 20), MEAN), ("pair40", "Pair 40%", noise("pair", 40), MEAN),
-                      *sym(20, 40), ("clean", "Clean", noise("none", 0), MEAN)])],
+                     [*PAIR_NOISE, *sym(20, 40), ("clean", "Clean", noise("none", 0), MEAN)])],
+    # The comparators of baselines.py train on the given labels with tau = the noise rate (the authors' code).
+    # Co-teaching+ and JoCoR take their authors' CIFAR-100 settings: 4 initial epochs of Co-teaching (their
+    # init_epoch 5, epochs counted from 1), lambda = 0.85 (JoCoR's README).
+    "table3": [table("table3", "Table 3: learning-with-noisy-labels methods (ResNet50, CIFAR-100)", R50,
+                     [("ce", "CE", method("zero", "ce")),
+                      ("gce", "GCE", method("zero", "gce")),
+                      ("coteach", "Co-teaching", method("coteach")),
+                      ("coteach+", "Co-teaching+", method("coteach+") + ["--coteach-plus-init", "4"]),
+                      ("proselflc", "ProSelfLC", method("zero", "proselflc")),
+                      ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
+                      ("mylc", "MyLC", method("zero", "mylc")),
+                      ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc")),
+                      ("jocor", "JoCoR (not in the paper)", method("jocor") + ["--jocor-lambda", "0.85"])],
+                     [*PAIR_NOISE, *sym(20, 40)])],
     # Self KD rows train each model alone: zero knowledge. "Different" is one run of a ResNet18 (A)
     # beside a ShuffleNetV2 (B), so its two columns are that run's test_acc_a and test_acc_b.
     "table4": [table("table4", "Table 4: self KD and MKD methods on different and same architectures "
@@ -136,7 +159,9 @@ PRESETS = {
 }
 # Synthetic data has no human labels: at demo or smoke scale these presets would measure nothing of theirs.
 PAPER_SCALE_ONLY = {"cifar100n": "it trains on CIFAR-100 with the CIFAR-100N label file (--noise human), which "
-                                 "synthetic data has no counterpart of; run it with --scale paper"}
+                                 "synthetic data has no counterpart of; run it with --scale paper",
+                    "table3": "its Co-teaching+ and JoCoR rows carry their authors' CIFAR-100 settings, which mean "
+                              "nothing on synthetic data; run it with --scale paper"}
 
 
 # ---------------------------------------------------------------- scales

@@ -69,7 +69,8 @@ def load_run(d):
 
 MINUS = "\u2212"  # a real minus sign, not a hyphen
 MODE_NAMES = {"zero": "Zero knowledge", "all": "All knowledge", "static": "CMD-S", "progressive": "CMD-P",
-              "mkd": "MKD (Eq. 2)", "kdcl": "KDCL"}  # the paper's names of the knowledge modes
+              "mkd": "MKD (Eq. 2)", "kdcl": "KDCL", "coteach": "Co-teaching", "coteach+": "Co-teaching+",
+              "jocor": "JoCoR"}  # the paper's names of the knowledge modes, and of the comparators (baselines.py)
 LC_NAMES = {"ce": "CE", "ls": "LS", "cp": "CP", "bootsoft": "Boot-soft", "proselflc": "ProSelfLC", "mylc": "MyLC",
             "tfkd": "Tf-KD_reg", "gce": "GCE"}  # and of the label corrections
 NOISE_NAMES = {"sym": "symmetric", "pair": "pair-flip"}
@@ -103,7 +104,8 @@ def describe(config):
         noise = "clean labels"
     else:
         noise = f"{100 * config['rate']:g}% {NOISE_NAMES.get(config['noise'], config['noise'])} noise"
-    lc = "" if config["mode"] in ("mkd", "kdcl") else LC_NAMES.get(config["lc"], config["lc"])
+    given_labels = ("mkd", "kdcl", "coteach", "coteach+", "jocor")  # modes that train on the given labels (lc ce)
+    lc = "" if config["mode"] in given_labels else LC_NAMES.get(config["lc"], config["lc"])
     archs = str(config.get("arch", "")).split(",")
     arch = archs[0] if len(archs) == 2 and len(set(archs)) == 1 else \
         f"{len(archs)} × {archs[0]}" if len(set(archs)) == 1 else "/".join(archs)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 import models
-from mutual import ALIASES, LCS, MODES, NAMES, Method
+from mutual import ALIASES, LCS, MODES, NAMES, SMALL_LOSS, Method
 from schedule import chi
 from training import cifar_n, datasets
 
@@ -148,12 +148,12 @@ def method_flags(g):
             g.add_argument(flag, type=canonical(MODES), choices=tuple(MODES), default=f.default, help=help)
         elif f.name == "lc":
             g.add_argument(flag, type=canonical(LCS), choices=LCS,
-                           help=f"{help} (default {f.default}; ce for mkd/kdcl)")
+                           help=f"{help} (default {f.default}; ce for mkd, kdcl, {', '.join(SMALL_LOSS)})")
         elif f.name in ("eta", "b"):
             per_mode = ", ".join(f"{m} {MODES[m][f.name == 'b']:g}" for m in MODES if MODES[m][0] is not None)
             g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
-        else:
-            g.add_argument(flag, type=type(f.default), default=f.default, help=help)
+        else:  # a knob whose default is None (forget_rate) takes a number
+            g.add_argument(flag, type=float if f.default is None else type(f.default), default=f.default, help=help)
 
 
 def get_args(argv):
@@ -309,7 +309,9 @@ def resolve(args):
             fail(f"--eta {args.eta:g}: {e}")
     if args.mode in ("zero", "all") and (args.eta is not None or args.b is not None):
         fail(f"--mode {args.mode} sets eta itself; use --mode static or progressive to choose --eta/--b")
-    if args.mode in ("mkd", "kdcl"):
+    if args.mode in SMALL_LOSS and args.peers != 2:
+        fail(f"--mode {args.mode} is defined for a pair of networks, not --peers {args.peers}; drop --peers")
+    if args.mode in ("mkd", "kdcl", *SMALL_LOSS):
         if args.lc not in (None, "ce") or args.eta is not None or args.b is not None:
             fail(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
                  "use zero/all/static/progressive for those")
@@ -339,6 +341,11 @@ def resolve(args):
         args.rate = 0.0 if args.noise == "none" else 0.4
     if args.noise == "none" and args.rate > 0:
         fail(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
+    if args.mode in SMALL_LOSS and args.forget_rate is None:  # the authors' code: τ = the noise rate
+        if args.noise not in ("sym", "pair"):
+            fail(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the noise rate "
+                 f"only for synthetic noise (--noise sym/pair)")
+        args.forget_rate = args.rate
     args.arch = DEFAULT_ARCH[args.dataset] if args.arch is None else args.arch
     archs = args.arch.split(",")
     if len(archs) not in (1, args.peers):  # one for all the models, or one per model

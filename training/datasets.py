@@ -218,6 +218,7 @@ IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
              "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 IDX_IMAGES, IDX_LABELS = 0x00000803, 0x00000801  # magic numbers: unsigned byte data, 3 and 1 dimensions
 IDX_CLASSES = 10
+IDX_TRAIN = 60000  # both datasets' training set size
 # Datasets whose paper augmentation is crop-only: a mirrored 2, 3, 4, 5, 6, 7 or 9 is no digit
 # at all, so a flip would teach shapes no test image has. Clothes (fashionmnist) and CIFAR's
 # objects are the same thing mirrored, and flip. train.py passes batches.Spec(flip=...) from it.
@@ -264,6 +265,13 @@ def _idx(name, data_dir, image_size, download):
         # new contiguous, writable array, so torch shares it without a warning.
         x = np.repeat(pixels.reshape(n, 1, rows, cols), 3, axis=1)
         splits[split] = TensorImages(torch.from_numpy(x), labels.astype(np.int64))
+    mean = float(splits["train"].images[:, 0].float().mean()) / 255
+    other = next(o for o in IDX if o != name)
+    if len(splits["train"].labels) == IDX_TRAIN and abs(mean - IDX[other].mean) < abs(mean - c.mean):
+        # The two datasets' files have the same names; their full training sets' mean pixel tells them apart.
+        raise DataError(f"the files in {os.path.dirname(files['train-images-idx3-ubyte'])} look like "
+                        f"{IDX[other].title}'s (mean pixel {mean:.3f}; {IDX[other].title} {IDX[other].mean}, "
+                        f"{c.title} {c.mean}): use --dataset {other}, or point --data-dir at {c.title}'s files")
     side = splits["train"].images.shape[2:]
     if image_size is not None and (image_size, image_size) != tuple(side):
         raise DataError(f"{name} images are {side[0]}x{side[1]}, got --image-size {image_size}; leave it unset")

@@ -1,0 +1,187 @@
+"""The two-network methods CMD competes with (paper Table 3 and §2.2), trained in the same harness as CMD.
+
+remember_rate      -- R(t) = 1 - min(t/T_k tau, tau): the fraction of a mini-batch each method keeps
+coteach_plus_early -- the `step < 5000` rule of Co-teaching+'s code, for a batch the two networks agree on
+small_loss         -- (N,) 0/1 mask of the k samples of smallest loss, without a host sync
+coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's small-loss samples teach its peer
+coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
+jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
+                      samples where it is small
+
+Each method function takes the two networks' logits on one mini-batch, (N, K) each, and the given labels
+(N,), and returns ((loss_a, loss_b), taught): loss_a is a scalar that trains only network A, loss_b only B,
+and taught maps each ordered pair (j, k) to the (N,) float 0/1 mask of the samples on which j's selection
+taught k, for mutual_step's diagnostics (mutual.sum_names). What they teach is the given label itself.
+
+All three are pair-only (the papers define them for two networks) and train on the given labels. Losses are
+float32 also under autocast. None of them waits for the device: masks are multiplied in, never used to
+index; a selection's size is a host number (R(t) N, from the batch's shape) or stays on the device
+(Co-teaching+'s disagreement set). Under torchrun each rank selects within its own shard of the batch, as
+each of the authors' runs selected within its own batch: the selection of a 128-sample batch on 4 ranks is
+four selections of 32, not one of 128.
+
+Where the authors' code departs from their papers (docs/training.md, "Comparators"), we follow the papers
+except where noted in a function's docstring.
+"""
+import torch
+import torch.nn.functional as F
+
+# Co-teaching+'s code updates both networks on the whole batch with plain CE when they agree on every
+# sample and step < 5000 (coteach_plus_early).
+COTEACH_PLUS_STEPS = 5000
+
+
+def remember_rate(epoch, forget_rate, num_gradual):
+    """R(t) = 1 - min(t/T_k tau, tau) (Co-teaching's Algorithm 1; JoCoR's R(t); Co-teaching+'s lambda(e)).
+
+    epoch: t, the 0-based epoch index, stepped once an epoch: Algorithm 1 updates R(T) at the end of epoch T,
+    so the first epoch keeps the whole batch and R reaches 1 - tau after T_k epochs. forget_rate: tau in [0, 1);
+    num_gradual: T_k >= 1. Returns a host float. (The authors' code tabulates it per epoch as
+    linspace(0, tau, T_k) indexed from their first training epoch, 1: tau/(T_k - 1) steps, tau at epoch T_k - 1.)
+    """
+    return 1 - min(epoch / num_gradual * forget_rate, forget_rate)
+
+
+def coteach_plus_early(epoch, i):
+    """The `step < 5000` of Co-teaching+'s code: True while a batch without disagreement still trains.
+
+    The authors' code passes step = epoch * i, the product of the epoch number (their training epochs count
+    from 1) and the batch index i (from 0), not a count of steps: every epoch's first batch is "early", and
+    on MNIST (468 batches) whole epochs are up to the 10th. epoch: our 0-based epoch index. See coteaching_plus
+    for what the rule does; we keep it exactly, product included, because the paper does not describe a batch
+    without disagreement at all, so the code is the only specification.
+    """
+    return (epoch + 1) * i < COTEACH_PLUS_STEPS
+
+
+def small_loss(loss, k):
+    """(N,) float 0/1: 1 on the k samples of smallest loss. loss: (N,) without gradient; k: a host int in
+    [0, N]. torch.topk's indices scattered into zeros: no host sync."""
+    idx = loss.topk(k, largest=False).indices
+    return torch.zeros_like(loss).scatter_(0, idx, 1.0)
+
+
+def _per_sample(logits, labels):
+    """log p (N, K) in float32 with gradient, and the per-sample cross-entropy -log p_y (N,)."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return logp, F.nll_loss(logp, labels, reduction="none")
+
+
+def _kl(logp_p, logp_q):
+    """KL(p || q) = sum_k p_k (log p_k - log q_k) per row (N,); gradient flows into whichever side carries it."""
+    return (logp_p.exp() * (logp_p - logp_q)).sum(-1)
+
+
+def coteaching(logits_a, logits_b, labels, keep):
+    """Co-teaching (Han et al. 2018, Algorithm 1): each network keeps its R(t) fraction of small-loss samples
+    and its peer learns them.
+
+      D_A = argmin_{D': |D'| >= R(t)|D|} l(A, D'),  D_B likewise    ("Obtain D_f = argmin ...")
+      L_A = mean_{i in D_B} CE(p_A(x_i), y_i),  L_B = mean_{i in D_A} CE(p_B(x_i), y_i)
+                                                                    ("Update w_f = w_f - eta grad l(f, D_g)")
+    logits_*: (N, K) with gradient; labels: (N,) int64 given labels; keep: R(t), a host float.
+    The selection is |D| = max(1, int(R(t) N)) samples, N from the batch's shape (the code's
+    num_remember = int(remember_rate * N); at least 1 so that a batch of one never divides by zero), by each
+    network's own per-sample CE, which the selection treats as a constant. L_A carries gradient into A only.
+    taught[(0, 1)] is D_A (A's small-loss set teaches B), taught[(1, 0)] is D_B.
+
+    Departure of the authors' code (loss.py, loss_coteaching): it divides the already averaged CE by
+    num_remember once more, a constant factor that their Adam largely absorbs; under this harness's SGD it
+    would cut the learning rate R(t) N-fold, so we follow the paper's mean.
+    """
+    n = labels.shape[0]
+    k = max(1, int(keep * n))
+    _, ce_a = _per_sample(logits_a, labels)
+    _, ce_b = _per_sample(logits_b, labels)
+    sel_a, sel_b = small_loss(ce_a.detach(), k), small_loss(ce_b.detach(), k)  # D_A, D_B
+    loss_a = (sel_b * ce_a).sum() / k  # B's small-loss samples teach A
+    loss_b = (sel_a * ce_b).sum() / k
+    return (loss_a, loss_b), {(0, 1): sel_a, (1, 0): sel_b}
+
+
+def coteaching_plus(logits_a, logits_b, labels, keep, disagree, early):
+    """Co-teaching+ (Yu et al. 2019, Algorithm 1): Co-teaching among the samples the two networks disagree on.
+
+      D' = {i : argmax p_A(x_i) != argmax p_B(x_i)}                 ("Select prediction disagreement D'")
+      D'_A = argmin_{D'': |D''| >= lambda(e)|D'|} l(A, D''), D'_B likewise
+      L_A = mean_{i in D'_B} CE(p_A(x_i), y_i),  L_B = mean_{i in D'_A} CE(p_B(x_i), y_i)
+    logits_*: (N, K) with gradient; labels: (N,) int64; keep: lambda(e) = R(t), a host float.
+    disagree: False in the initial epochs, which the authors' code trains by plain Co-teaching (their
+    init_epoch: 0 for MNIST, the closest of their datasets to ours and our default, 20 for CIFAR-10, 5 for
+    CIFAR-100; their training epochs count from 1, so init_epoch 5 means 4 epochs of Co-teaching):
+    then this is coteaching(). early: coteach_plus_early(epoch, i), used only when D' is empty.
+
+    The size of D' depends on the data, so the selection stays on the device: each network's CE is +inf
+    outside D', the samples are ranked by it, and those of rank < floor(lambda(e) |D'|) are kept, computed
+    in float64 as the code's int(remember_rate * len) is. As in the authors' code, a non-empty D' too small
+    for one sample at that rate (floor = 0) is kept whole.
+
+    An empty D' (the networks agree on every sample) is not in the paper. The authors' code
+    (loss.py, loss_coteaching_plus) then trains both networks on the whole batch with plain CE if step < 5000,
+    and not at all (a zero loss) otherwise; `step < 5000` has no effect when D' is not empty. We follow it:
+    early=True gives L_A = mean_i CE(p_A(x_i), y_i) and all-ones taught masks, early=False zero losses and
+    empty masks.
+
+    Departure of the authors' code that we do not follow: after the initial epochs it computes every CE on
+    softmax(logits), the probabilities, as if they were logits (a loss that hardly varies, bounded near
+    ln K); the paper's CE is on the networks' logits, as here. Like their Co-teaching it also divides the
+    mean by num_remember once more (see coteaching).
+    """
+    if not disagree:
+        return coteaching(logits_a, logits_b, labels, keep)
+    n = labels.shape[0]
+    _, ce_a = _per_sample(logits_a, labels)
+    _, ce_b = _per_sample(logits_b, labels)
+    d = logits_a.detach().argmax(-1) != logits_b.detach().argmax(-1)  # (N,) bool: D'
+    n_d = d.sum()                                                      # |D'|, a device scalar
+    k = torch.floor(n_d.double() * keep)                               # lambda(e) |D'|, on the device
+    k = torch.where(k == 0, n_d.double(), k)                           # too small for one: all of D'
+    inf = torch.full_like(ce_a, float("inf"))
+
+    def select(ce):  # (N,) 0/1: the k smallest CE within D', by rank
+        rank = torch.where(d, ce.detach(), inf).argsort().argsort()
+        return (d & (rank < k)).to(ce.dtype)
+
+    sel_a, sel_b = select(ce_a), select(ce_b)                          # D'_A, D'_B
+    none = n_d == 0                                                    # no disagreement: the code's step rule
+    fallback = torch.full_like(ce_a, float(early))                     # all samples (early) or none
+    sel_a, sel_b = torch.where(none, fallback, sel_a), torch.where(none, fallback, sel_b)
+    count = torch.where(none, torch.full_like(k, n if early else 1), k).float()  # the mean's denominator, >= 1
+    loss_a = (sel_b * ce_a).sum() / count                              # B's small-loss disagreements teach A
+    loss_b = (sel_a * ce_b).sum() / count
+    return (loss_a, loss_b), {(0, 1): sel_a, (1, 0): sel_b}
+
+
+def jocor(logits_a, logits_b, labels, keep, lam):
+    """JoCoR (Wei et al. 2020, Algorithm 1): one joint loss per sample; both networks learn the samples where it is
+    small.
+
+      l(x_i) = (1 - lambda) (CE(p_A, y_i) + CE(p_B, y_i)) + lambda (KL(p_A || p_B) + KL(p_B || p_A))
+      D~ = argmin_{D': |D'| >= R(t)|D|} l(D'),   L = mean_{i in D~} l(x_i),   (theta_A, theta_B) -= eta grad L
+    logits_*: (N, K) with gradient; labels: (N,) int64; keep: R(t), a host float; lam: lambda in [0, 1].
+    |D~| = max(1, int(R(t) N)), as in coteaching; the selection treats l as a constant.
+
+    Detaching: the authors' code (algorithm/loss.py, kl_loss_compute) does not detach the peer in either KL
+    term, and one optimiser steps both networks on L, so each KL term trains both networks. We follow it,
+    unlike the rest of this project, which detaches peers (losses.py). So that each returned loss trains only
+    its own network, L is split into the terms each network's parameters move:
+      L_A = mean_{D~} (1 - lambda) CE(p_A, y) + lambda (KL(p_A || sg p_B) + KL(sg p_B || p_A)),  L_B mirrored,
+    sg = stop-gradient. grad_A L_A = grad_A L and grad_B L_B = grad_B L exactly, so one backward pass of
+    L_A + L_B is the authors' update; in value L_A + L_B = L + lambda mean_{D~} (KL_AB + KL_BA), the symmetric
+    KL counted once in each network's loss.
+    lambda: the code's argparse default is 0.1, but its only MNIST command (example.sh) uses 0.95 and its
+    README puts the best between 0.5 and 0.9 (0.9 CIFAR-10, 0.85 CIFAR-100): Method's default is 0.95 for
+    MNIST-like data. taught[(0, 1)] and taught[(1, 0)] are both D~.
+    """
+    n = labels.shape[0]
+    k = max(1, int(keep * n))
+    logp_a, ce_a = _per_sample(logits_a, labels)
+    logp_b, ce_b = _per_sample(logits_b, labels)
+    with torch.no_grad():
+        joint = (1 - lam) * (ce_a + ce_b) + lam * (_kl(logp_a, logp_b) + _kl(logp_b, logp_a))  # (N,) l(x_i)
+    sel = small_loss(joint, k)  # D~
+    peer_a, peer_b = logp_a.detach(), logp_b.detach()
+    share_a = (1 - lam) * ce_a + lam * (_kl(logp_a, peer_b) + _kl(peer_b, logp_a))  # the terms A's parameters move
+    share_b = (1 - lam) * ce_b + lam * (_kl(logp_b, peer_a) + _kl(peer_a, logp_b))
+    loss_a, loss_b = (sel * share_a).sum() / k, (sel * share_b).sum() / k
+    return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
