@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import models
 from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteaching, coteaching_plus, jocor, remember_rate,
                        small_loss)
 from label_correction import gce_loss
@@ -19,6 +18,7 @@ from mutual import ALIASES, MODES, SMALL_LOSS, Method, mutual_step, sum_names
 from test_train import TINY, metrics
 from training import config
 import train
+from test_mutual import setup
 
 N, K = 12, 4
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)
@@ -307,15 +307,7 @@ def test_gce_gradient_matches_the_hand_computation():
 
 # ---------------------------------------------------------------- through mutual_step
 
-def setup_pair(seed=0, k=5, n=24):
-    torch.manual_seed(seed)
-    nets = [models.build_model("cnn", k) for _ in range(2)]
-    opts = [torch.optim.SGD(n_.parameters(), lr=0.1, momentum=0.9) for n_ in nets]
-    g = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(n, 3, 16, 16, generator=g)
-    y_clean = torch.randint(0, k, (n,), generator=g)
-    y = torch.where(torch.rand(n, generator=g) < 0.4, (y_clean + 1) % k, y_clean)
-    return nets, opts, x, y, y_clean
+setup_pair = setup  # test_mutual's pair of cnn models and a batch with some wrong labels
 
 
 def step(nets, opts, x, y, y_clean, method, **schedule):
