@@ -24,12 +24,10 @@ import sys
 
 import torch
 
-from training import config
-from training import datasets
 import models
-from training import rundir
 import train
 from mutual import NAMES
+from training import config, datasets, rundir
 from training.batches import Placement
 from training.report import evaluate
 

@@ -38,16 +38,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from training import datasets
 import models
 from baselines import coteach_plus_early
-from training import rundir
-from training.batches import Batches, Placement, Spec
-from training.config import fail, get_args, pick_device, resolve
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, sum_names
 from noise import add_noise
+from training import datasets, rundir
+from training.batches import Batches, Placement, Spec
 from training.cifar_n import human_labels
+from training.config import fail, get_args, pick_device, resolve
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 

@@ -10,15 +10,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from test_mutual import setup
+from test_train import TINY, metrics
 
+import train
 from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteaching, coteaching_plus, jocor, remember_rate,
                        small_loss)
 from label_correction import gce_loss
 from mutual import ALIASES, MODES, SMALL_LOSS, Method, mutual_step, sum_names
-from test_train import TINY, metrics
 from training import config
-import train
-from test_mutual import setup
 
 N, K = 12, 4
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)

@@ -4,12 +4,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-from training import batches
-from training import datasets
-from training.datasets import load_dataset
 from test_datasets import write_folder
 
+from training import batches, datasets
+from training.datasets import load_dataset
 
 # ------------------------------------------------------------- augmentation
 

@@ -4,10 +4,9 @@ import statistics
 
 import pytest
 import torch
-
-from tools import bench
-from tools import perf_suite
 from test_cuda_config import has_cpp_compiler
+
+from tools import bench, perf_suite
 
 
 def test_bench_reports_every_figure(tmp_path):

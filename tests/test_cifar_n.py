@@ -10,13 +10,12 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-
-from training import config
-from training import cifar_n, rundir
-from tools import plot
-import train
-from training.datasets import DataError, load_dataset
 from test_datasets import one_line, write_cifar, write_cifar10
+
+import train
+from tools import plot
+from training import cifar_n, config, rundir
+from training.datasets import DataError, load_dataset
 
 # Noise rates of the fixture's label sets, so that each key gives different labels.
 RATES = {"noisy_label": 0.4, "worse_label": 0.4, "aggre_label": 0.1, "random_label1": 0.2, "random_label2": 0.25,

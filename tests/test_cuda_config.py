@@ -14,14 +14,14 @@ import shutil
 
 import pytest
 import torch
+from test_train import TINY, metrics
 
-from tools import cuda_checks
 import mutual
-from training import rundir
 import train
 from losses import cmd_loss, log_probs
 from mutual import LCS, Method, mutual_step
-from test_train import TINY, metrics
+from tools import cuda_checks
+from training import rundir
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
 FRACTIONS = ("selected_b2a", "selected_a2b", "precision_b2a", "precision_a2b", "recall_b2a", "recall_a2b",

@@ -9,9 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from training import batches
-from training import datasets
-from training import webvision
+from training import batches, datasets, webvision
 from training.datasets import DataError, FileImages, Synthetic, TensorImages, load_dataset
 
 

@@ -18,18 +18,15 @@ import time
 import numpy as np
 import pytest
 import torch
-
-from training import config
-from training import datasets
-import evaluate
-import models
-from training import rundir
-from tools import paper_tables
-from tools import sweep
-import train
-from training.progress import Display, Progress
 from test_datasets import save_image, write_folder, write_webvision
 from test_train import HERE, TINY, cli, metrics
+
+import evaluate
+import models
+import train
+from tools import paper_tables, sweep
+from training import config, datasets, rundir
+from training.progress import Display, Progress
 
 RUN = TINY + ["--epochs", "1"]
 

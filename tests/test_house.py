@@ -5,17 +5,14 @@ import dataclasses
 import glob
 import json
 import os
-import re
-import subprocess
-import sys
 
 import pytest
+from test_train import TINY, metrics
 
 import mutual
 from mutual import Method
 from training import config
 from training.report import epoch_line
-from test_train import TINY, metrics
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 PAPER = ("losses", "schedule", "label_correction", "noise", "mutual", "models", "appendix_code")

@@ -12,13 +12,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from test_datasets import write_cifar, write_cifar10
 
 import evaluate
 import train
-from training import batches
-from training import datasets
+from training import batches, datasets
 from training.datasets import DataError, load_dataset
-from test_datasets import write_cifar, write_cifar10
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import models
-from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot,
-                              proselflc, tfkd_reg_loss)
+from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
+                              tfkd_reg_loss)
 from losses import cmd_loss, entropy
 from mutual import ENTROPY_BINS, LCS, MODES, Method, entropy_histogram, mutual_step, sum_names
 

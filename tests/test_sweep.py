@@ -9,9 +9,7 @@ import sys
 
 import pytest
 
-from tools import paper_tables
-from tools import plot
-from tools import sweep
+from tools import paper_tables, plot, sweep
 from training import config
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -215,8 +213,9 @@ def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale,
 
 def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_diagnostics(tmp_path):
     """The demonstration's grid end to end at smoke size: histograms add up, the table has its diagnostics."""
-    from training import datasets
     import numpy as np
+
+    from training import datasets
     out = str(tmp_path)
     res = cli("sweep.py", "demo", "--scale", "smoke", "--seeds", "1", "--out", out, "--jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from tools import cuda_checks
 import train
 from mutual import LCS, MODES, SMALL_LOSS
+from tools import cuda_checks
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -268,6 +268,7 @@ def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
 
 def test_a_cohort_of_three_trains_resumes_bit_for_bit_and_a_pair_refuses_its_run(tmp_path, monkeypatch, capsys):
     import shutil
+
     import evaluate
     from training import rundir
     flags = TINY + ["--epochs", "2", "--peers", "3", "--arch", "cnn,mlp,cnn", "--mode", "static", "--eta", "1.1"]

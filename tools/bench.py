@@ -32,13 +32,13 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 
-from training import config, datasets
 import models
 from appendix_code import paper_cmd_loss
-from training.batches import Batches, Placement, Spec
 from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import Method, mutual_step
+from training import config, datasets
+from training.batches import Batches, Placement, Spec
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from training import datasets
 import models
-from training.batches import Batches, Placement, Spec
 from mutual import MODES, Method, mutual_step
+from training import datasets
+from training.batches import Batches, Placement, Spec
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 SYNC_CASES = (("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"), ("mkd", "ce"), ("kdcl", "ce"),

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tools import bench
-from training import config
 from tools.cuda_checks import SYNC_CASES, sync_free_samples, tail, torchrun_smoke
+from training import config
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")

@@ -18,7 +18,6 @@ import numpy as np
 from training.datasets import CIFAR, DataError
 from training.safe_pickle import Refused, load
 
-
 CIFAR_N_URL = "https://github.com/UCSC-REAL/cifar-10-100n"
 HUMAN_FILES = {"cifar100": "CIFAR-100_human.pt", "cifar10": "CIFAR-10_human.pt"}
 # --noise-key -> the key in CIFAR-10_human.pt; "worse_label" is the authors' spelling of worst.

@@ -11,7 +11,8 @@ import warnings
 
 from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 
-from training.images import IMAGENET_MEAN, IMAGENET_STD, Data, DataError, FileImages, first_line, label_array, require_file
+from training.images import (IMAGENET_MEAN, IMAGENET_STD, Data, DataError, FileImages, first_line, label_array,
+                             require_file)
 
 WEBVISION_URL = "https://data.vision.ee.ethz.ch/cvl/webvision/download.html"
 
