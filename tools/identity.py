@@ -50,11 +50,11 @@ def run(repo, name, flags, tmp):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repo", default=".", help="the checkout whose train.py runs")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repo", default=".", help="the checkout whose train.py runs (default: .)")
     p.add_argument("--json", required=True, help="write {configuration: digest} here")
     p.add_argument("--compare", help="another run's --json: list the configurations that differ")
-    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--jobs", type=int, default=2, help="trainings at a time, one thread each (default 2)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         got = dict(pool.map(lambda kv: run(os.path.abspath(args.repo), *kv, tmp), CONFIGS.items()))

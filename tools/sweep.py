@@ -6,7 +6,8 @@
     python -m tools.sweep table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
-MKD baselines, two architectures), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
+MKD baselines, two architectures), table3 (CMD-P against CE, GCE, Co-teaching, Co-teaching+ and JoCoR,
+ResNet50, paper scale only), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
 beyond the paper, demo (the CPU demonstration of the mechanism) and cifar100n (zero knowledge and
 CMD-P under CIFAR-100N's human labels, paper scale only).
 Each run is a subprocess `train.py ...` writing DIR/<preset>-<scale>/<run>-s<seed>/, with --resume
@@ -311,7 +312,7 @@ def hardware(argv, gpus, jobs):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("preset", choices=sorted(PRESETS))
     p.add_argument("--scale", choices=tuple(SCALES), default="paper",
                    help="paper: CIFAR-100 and the paper's networks (GPU); demo: synthetic data where an mlp "
