@@ -125,3 +125,16 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
 def test_early_stopping_reads_the_test_accuracy_at_the_best_validation_epoch():
     rows = [dict(val_acc_mean=v, test_acc_mean=t) for v, t in ((50, 60), (70, 65), (70, 66), (60, 80))]
     assert demo.early_stopped(rows) == 65
+
+
+def test_the_readmes_fashion_mnist_numbers_are_the_reports():
+    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the report the tool wrote."""
+    import re
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(here, "README.md")).read()
+    section = readme[readme.index("## What the project has shown"):readme.index("## Layout")]
+    report = open(os.path.join(here, "docs", "fmnist", "report.md")).read().replace("-", "−")  # the README prints −
+    quoted = re.findall(r"\d+\.\d\d ± \d\.\d\d", section) + re.findall(r"\[[+−]\d\.\d\d, [+−]\d\.\d\d\]", section)
+    assert len(quoted) >= 8
+    for q in quoted:
+        assert q in report, q
