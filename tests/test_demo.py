@@ -105,7 +105,7 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
     choice = demo.derived({r: dict(lr=0.05, eta=4.0 if "cmd" in r else None, b=-5.0 if "cmd" in r else None, val=1)
                            for r in ("ce-zero", "mylc-zero", "mylc-all", "mylc-cmds", "mylc-cmdp", "ce-cmdp")})
     jobs = demo.report_jobs(out, choice, demo.REPORT_SEEDS, [])
-    assert len(jobs) == len(demo.ROWS) * 5
+    assert len(jobs) == (len(demo.ROWS) - len(demo.KNOBS)) * 5  # without the comparators until compare chose them
     for j in jobs:
         row, seed = j["name"].rsplit("-s", 1)
         seed = int(seed)
@@ -138,3 +138,26 @@ def test_the_readmes_fashion_mnist_numbers_are_the_reports():
     assert len(quoted) >= 8
     for q in quoted:
         assert q in report, q
+
+
+def test_compare_chooses_each_comparators_lr_and_knob_and_the_report_runs_them(tmp_path):
+    out = str(tmp_path)
+    todo = demo.compare_jobs(out, [])
+    assert len(todo) == (4 * 3 + 1) * len(demo.LRS) * len(demo.SELECT_SEEDS)  # four knobs on 3 values, the oracle
+    best = {"coteach": ("0.05", "forget-rate0.3"), "coteach+": ("0.07", "forget-rate0.5"),
+            "jocor": ("0.1", "jocor-lambda0.85"), "gce-zero": ("0.025", "gce-q0.9"), "coteach-oracle": ("0.035", "")}
+    for j in todo:
+        row = next(r for r in sorted(demo.KNOBS, key=len, reverse=True) if j["name"].startswith(r + "-lr"))
+        lr, knob = best[row]
+        hit = f"-lr{lr}" in j["name"] and (knob in j["name"])
+        fake_run(j["dir"], 80 if hit else 70, 70)
+    picked = demo.choose_compare(out)
+    assert picked["coteach"]["lr"] == 0.05 and picked["coteach"]["knob"] == ("--forget-rate", 0.3)
+    assert picked["jocor"]["knob"] == ("--jocor-lambda", 0.85) and picked["coteach-oracle"]["knob"] is None
+    assert "\n".join(demo.compare_table(out, picked)).count("**✓**") == 5
+    choice = json.loads(json.dumps(picked))  # as choice.json holds it: the knob as a list
+    jobs = demo.report_jobs(str(tmp_path / "r"), choice, (0,), [])
+    gce = next(j for j in jobs if j["name"] == "gce-zero-s0")["argv"]
+    assert gce[gce.index("--gce-q") + 1] == "0.9" and gce[gce.index("--lc") + 1] == "gce"
+    oracle = next(j for j in jobs if j["name"] == "coteach-oracle-s0")["argv"]
+    assert oracle[oracle.index("--forget-rate") + 1] == "0.4" and oracle[oracle.index("--lr") + 1] == "0.035"

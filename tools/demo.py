@@ -2,6 +2,7 @@
 
     python -m tools.demo regime --out sweeps/fmnist   # zero knowledge alone: do the preconditions hold?
     python -m tools.demo select --out sweeps/fmnist   # every row's lr (and CMD's eta, b) on the clean val split
+    python -m tools.demo compare --out sweeps/fmnist  # Co-teaching(+), JoCoR, GCE chosen the same way (optional)
     python -m tools.demo report --out sweeps/fmnist   # the rows at their chosen settings, 5 seeds, the table
     python -m tools.demo select --out sweeps/fmnist --jobs 14 -- --device cuda --amp off   # one GPU, 14 runs at a time
 
@@ -67,19 +68,36 @@ GRID = {
     "mylc-cmds": [(lr, eta, 0.0) for lr in LRS for eta in ETAS],
     "mylc-cmdp": [(lr, eta, b) for lr in LRS for eta, b in ETA_B],
 }
+# The comparators (baselines.py; GCE is a label correction), beside CMD on the same data, seeds and lr grid,
+# each with its own knob on 3 values; Co-teaching also at the true noise rate, the authors' oracle setting.
+# `compare` chooses them on the same validation split; `report` then runs them with the other rows.
+ROWS.update({
+    "coteach-oracle": ("Co-teaching, τ = 0.4 (the true noise rate)", ["--mode", "coteach", "--forget-rate", "0.4"],
+                       "ce-zero"),
+    "coteach": ("Co-teaching, τ chosen on validation", ["--mode", "coteach"], "ce-zero"),
+    "coteach+": ("Co-teaching+", ["--mode", "coteach+"], "ce-zero"),
+    "jocor": ("JoCoR", ["--mode", "jocor"], "ce-zero"),
+    "gce-zero": ("GCE, zero knowledge", ["--mode", "zero", "--lc", "gce"], "ce-zero"),
+})
+KNOBS = {"coteach-oracle": None, "coteach": ("--forget-rate", (0.3, 0.4, 0.5)),
+         "coteach+": ("--forget-rate", (0.3, 0.4, 0.5)), "jocor": ("--jocor-lambda", (0.7, 0.85, 0.95)),
+         "gce-zero": ("--gce-q", (0.5, 0.7, 0.9))}
 PRECONDITIONS = ("harm: zero knowledge's final test accuracy >= 5 points below clean labels; memorisation happens: "
                  ">= 30% of the noisy labels memorised at the end; memorisation is slow: < 25% memorised at a "
                  "quarter of the run, and memorisation first reaches half its final value after a third of it")
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # t_{0.975, df}
 
 
-def setting_flags(row, lr, eta, b):
+def setting_flags(row, lr, eta, b, knob=None):
+    """train.py flags of a row at a setting; knob: a comparator's own (flag, value)."""
     flags = ROWS[row][1] + ["--lr", f"{lr:g}"]
-    return flags + ([] if eta is None else ["--eta", f"{eta:g}", "--b", f"{b:g}"])
+    flags += [] if eta is None else ["--eta", f"{eta:g}", "--b", f"{b:g}"]
+    return flags + ([] if knob is None else [knob[0], f"{knob[1]:g}"])
 
 
-def name_of(row, lr, eta, b):
-    return f"{row}-lr{lr:g}" + ("" if eta is None else f"-eta{eta:g}-b{b:g}")
+def name_of(row, lr, eta, b, knob=None):
+    return (f"{row}-lr{lr:g}" + ("" if eta is None else f"-eta{eta:g}-b{b:g}") +
+            ("" if knob is None else f"-{knob[0][2:]}{knob[1]:g}"))
 
 
 def job(stage_dir, name, flags, seed, extra):
@@ -159,6 +177,44 @@ def select_jobs(out, extra, choice=None):
     return todo
 
 
+def compare_grid(row):
+    """A comparator's settings: (lr, None, None, (flag, value)) for each lr and value of its knob."""
+    knob = KNOBS[row]
+    return [(lr, None, None, None if knob is None else (knob[0], v)) for lr in LRS
+            for v in ((None,) if knob is None else knob[1])]
+
+
+def compare_jobs(out, extra):
+    stage = os.path.join(out, "select")
+    return [job(stage, name_of(row, *g), setting_flags(row, *g), s, extra)
+            for row in KNOBS for g in compare_grid(row) for s in SELECT_SEEDS]
+
+
+def choose_compare(out):
+    """{row: {lr, eta, b, knob, val}} of each comparator: the best mean validation accuracy, as choose."""
+    choice = {}
+    for row in KNOBS:
+        scored = [(val_score(out, row, g)[0], g) for g in compare_grid(row)]
+        if any(v is None for v, _ in scored):
+            raise RuntimeError(f"{row}: {sum(v is None for v, _ in scored)} of its settings did not finish")
+        v, (lr, _, _, knob) = max(scored, key=lambda x: x[0])
+        choice[row] = dict(lr=lr, eta=None, b=None, knob=knob, val=round(v, 3))
+    return choice
+
+
+def compare_table(out, choice):
+    lines = ["| row | lr | knob | val acc (mean of 2 seeds) | seeds | chosen |", "|---|---|---|---|---|---|"]
+    for row in KNOBS:
+        for g in compare_grid(row):
+            v, vals = val_score(out, row, g)
+            c = choice.get(row, {})
+            chosen = "**✓**" if (c.get("lr"), c.get("knob")) == (g[0], g[3]) else ""
+            knob = "–" if g[3] is None else f"{g[3][0]} {g[3][1]:g}"
+            lines.append(f"| {ROWS[row][0]} | {g[0]:g} | {knob} | {'–' if v is None else f'{v:.2f}'} | "
+                         f"{' '.join(f'{x:.2f}' for x in vals)} | {chosen} |")
+    return lines
+
+
 def val_score(out, row, setting):
     """Mean over the selection seeds of the final epoch's val_acc_mean, and the seeds' values."""
     dirs = [os.path.join(out, "select", f"{name_of(row, *setting)}-s{s}") for s in SELECT_SEEDS]
@@ -226,7 +282,7 @@ def heat_map(out, path):
 # ---------------------------------------------------------------- report
 def report_jobs(out, choice, seeds, extra):
     stage = os.path.join(out, "report")  # seed by seed: a report cut short still pairs every row
-    return [job(stage, row, setting_flags(row, c["lr"], c["eta"], c["b"]), s, extra)
+    return [job(stage, row, setting_flags(row, c["lr"], c["eta"], c["b"], c.get("knob")), s, extra)
             for s in seeds for row, c in choice.items()]
 
 
@@ -296,7 +352,7 @@ def main(argv=None):
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Flags after -- go to every train.py (e.g. -- --amp off).")
-    p.add_argument("stage", choices=("regime", "select", "report"))
+    p.add_argument("stage", choices=("regime", "select", "compare", "report"))
     p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs, choice.json and the tables")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
                    help="the four Fashion-MNIST IDX files (Debian: apt-get install dataset-fashion-mnist)")
@@ -313,7 +369,7 @@ def main(argv=None):
     DATA = ["--dataset", "fashionmnist", "--data-dir", args.data_dir]
     extra = ["--device", args.device, "--workers", "0"] + extra
     choice_path = os.path.join(args.out, "choice.json")
-    if args.stage == "report" and not os.path.exists(choice_path):  # before anything is written
+    if args.stage in ("compare", "report") and not os.path.exists(choice_path):  # before anything is written
         p.error(f"{choice_path} not found: run `python -m tools.demo select --out {args.out}` first, or copy the "
                 f"published choice, docs/fmnist/choice.json, there")
     os.makedirs(args.out, exist_ok=True)
@@ -365,6 +421,19 @@ def run_stage(args, extra, command, t0):
                          + ["", "Preconditions at the base schedule: " + PRECONDITIONS + "."] + lines +
                          ["", footer(), ""])
         path = os.path.join(args.out, "select.md")
+    elif args.stage == "compare":
+        failed = run(compare_jobs(args.out, extra), args.jobs, trained)
+        picked = choose_compare(args.out)
+        with open(choice_path) as f:
+            saved = json.load(f)
+        saved.update(picked, compare_command=command)
+        with open(choice_path, "w") as f:
+            json.dump(saved, f, indent=1)
+        text = "\n".join(["# The comparators' selection on the clean 10% validation split", "",
+                          f"Seeds {', '.join(map(str, SELECT_SEEDS))}, the lr grid of every row, each comparator's "
+                          "own knob; the choice is added to choice.json.", ""] + compare_table(args.out, picked) +
+                         ["", footer(), ""])
+        path = os.path.join(args.out, "compare.md")
     else:
         with open(choice_path) as f:
             choice = {k: v for k, v in json.load(f).items() if k in ROWS}
