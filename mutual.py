@@ -35,7 +35,7 @@ import torch
 from baselines import coteaching, coteaching_plus, jocor, remember_rate
 from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
-from losses import cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, soft_cross_entropy
+from losses import cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
 from schedule import chi as chi_schedule
 
 # (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
@@ -49,6 +49,9 @@ MODES = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "prog
          "jocor": (None, None)}
 SMALL_LOSS = ("coteach", "coteach+", "jocor")  # pair-only; they train on the given labels with R(t) of baselines.py
 LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd", "gce")
+CMD_MODES = ("zero", "all", "static", "progressive")  # the modes of Eqs. 3-7, where --select and --peer-weight apply
+SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
+OWN_LOSS_LCS = ("cp", "tfkd", "gce")  # their L_selfKD is a loss of its own, not H(q~, p): no --peer-weight mean
 ENTROPY_BINS = 40  # equal bins of H(p) over [0, ln K] for entropy_histogram
 
 
@@ -86,6 +89,14 @@ class Method:
                                                        "knowledge, (0, 1] with b = 0: all")
     b: float | None = knob(MODES["progressive"][1], "b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls",
                            (math.isfinite, "a finite number"))
+    select: str = knob("confident", "which samples each model teaches its peer: confident = where H(p_j) < χ "
+                                    "(Eqs. 3-4); shuffled = as many in each batch, drawn at random (a control "
+                                    "that keeps the count, the targets and χ, and drops the choice)",
+                       (lambda v: v in SELECTS, " or ".join(SELECTS)))
+    peer_weight: str = knob("sum", "sum: L_A = L_selfKD(A) + L_B2A (Eqs. 5-6); mean: a taught sample's loss is "
+                                   "the mean of its own and its peer's term, so distilling changes its target, "
+                                   "never its weight (a control; pairs, and targets q~ only)",
+                            (lambda v: v in PEER_WEIGHTS, " or ".join(PEER_WEIGHTS)))
     ls_eps: float = knob(0.25, "LS ε in q~ = (1 - ε) q + ε u", (unit, "in [0, 1]"))
     cp_beta: float = knob(0.25, "CP β in H(q, p) - β H(p)", (lambda v: 0 <= v < math.inf, "at least 0"))
     bootsoft_eps: float = knob(0.25, "Boot-soft ε in q~ = (1 - ε) q + ε p", (unit, "in [0, 1]"))
@@ -207,8 +218,17 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
     return out.index_add_(0, idx.flatten(), torch.ones_like(h).flatten()).view(m, 2, bins)
 
 
+def shuffle_keys(seed, epoch, step, m, n, device):
+    """The uniform draws of the shuffled-selection control (--select shuffled) for one step: (pairs, 2, n), a
+    (2, n) for each pair of m models, from a generator seeded by (seed, epoch, step) alone, so that the
+    positions depend on nothing the models compute. Drawn on the device; nothing is read back."""
+    g = torch.Generator(device=device)
+    g.manual_seed(((seed * 1_000_003 + epoch) * 1_000_003 + step) % 2 ** 63)
+    return torch.rand(m * (m - 1) // 2, 2, n, generator=g, device=device)
+
+
 def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast, scaler, keep=None, disagree=False,
-                early=False):
+                early=False, keys=None):
     """One training step of A and B (nets[0], nets[1]; or of a cohort) on the batch x, in the order of §3.
 
     nets, opts: the models and their optimisers. x: (N, C, H, W). y: (N,) given labels;
@@ -219,6 +239,7 @@ def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast
     The SMALL_LOSS modes (a pair; baselines.py) take what varies with time from the caller, as chi:
     keep: R(t) now (Method.remember); disagree: Co-teaching+ past its initial epochs (Method.disagrees);
     early: Co-teaching+'s step rule for a batch without disagreement (baselines.coteach_plus_early).
+    keys: shuffle_keys' draws when method.select is shuffled, else None.
     Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the
     (M, 2, ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the
     device: chi, progress, keep, disagree and early are Python numbers, r and the sums stay on the device.
@@ -245,13 +266,17 @@ def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast
     else:
         q_tilde = [targets(method, q, p[k], h[k], r[k], progress) for k in range(m)]  # (N, K) each, no gradient
         distilled = [[] for _ in range(m)]           # distilled[k]: L_j2k of each peer j
-        for a, b in itertools.combinations(range(m), 2):  # the pair (A, B); every pair of a cohort
+        for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):  # the pair (A, B); every pair of a cohort
+            shuffled = {} if method.select == "confident" else dict(keys=keys[i])  # the control's positions
             loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
-                logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi)           # Eqs. 3-4
+                logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi, **shuffled)  # Eqs. 3-4
             distilled[a].append(loss_b2a)
             distilled[b].append(loss_a2b)
-        # Eqs. 5-6: L_A = L_selfKD(A) + L_B2A; in a cohort, plus the mean of what the peers teach
-        losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
+        if method.peer_weight == "mean":  # the control: a taught sample's two terms averaged, not added (a pair)
+            losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
+                                taught[1 - k, k]) for k in range(2)]
+        else:  # Eqs. 5-6: L_A = L_selfKD(A) + L_B2A; in a cohort, plus the mean of what the peers teach
+            losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
     total = sum(losses[1:], losses[0])  # L_A + L_B
     for o in opts:
         o.zero_grad(set_to_none=True)

@@ -41,7 +41,7 @@ import torch.distributed as dist
 import models
 from baselines import coteach_plus_early
 from label_correction import confidence_from_sum
-from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, sum_names
+from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, shuffle_keys, sum_names
 from noise import add_noise
 from training import datasets, rundir
 from training.batches import Batches, Placement, Spec
@@ -331,10 +331,12 @@ def train_epoch(loop, epoch, r, k):
     keep, disagree = loop.method.remember(epoch), loop.method.disagrees(epoch)
     for i, (x, y, y_clean) in enumerate(batches.epoch(loop.seed, epoch)):
         t = epoch + i / steps  # fractional epochs, for Eq. 7 and ProSelfLC
+        keys = (None if loop.method.select == "confident" else  # the shuffled control's positions, from the clock
+                shuffle_keys(loop.seed, epoch, i, m, len(y), batches.device))
         sums, step_hist = mutual_step(loop.fwd, loop.models.opts, x, y, y_clean, method=loop.method,
                                       chi=loop.method.chi(t, loop.epochs, k), progress=t / loop.epochs, r=r,
                                       autocast=loop.autocast, scaler=loop.scaler, keep=keep, disagree=disagree,
-                                      early=coteach_plus_early(epoch, i))
+                                      early=coteach_plus_early(epoch, i), keys=keys)
         acc += sums
         hist += step_hist
         progress.update(i + 1, running_losses)

@@ -264,7 +264,7 @@ def test_every_method_runs_on_meta_tensors_so_reads_nothing_back_to_the_host():
         assert all(t.device.type == "cpu" for t in (loss_a, loss_b, *taught.values()))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_every_method_is_sync_free_on_cuda():
     device = torch.device("cuda")
     fns = calls(device)

@@ -49,7 +49,7 @@ def test_augment_batch_random_draws():
     assert 0.45 < flips.float().mean() < 0.55
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.cuda
 def test_augment_batch_on_gpu_matches_loop():
     g = torch.Generator(device="cuda").manual_seed(0)
     images = torch.randint(0, 256, (32, 3, 32, 32), dtype=torch.uint8, device="cuda", generator=g)

@@ -23,7 +23,7 @@ from mutual import LCS, Method, mutual_step
 from tools import cuda_checks
 from training import rundir
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 FRACTIONS = ("selected_b2a", "selected_a2b", "precision_b2a", "precision_a2b", "recall_b2a", "recall_a2b",
              "memorized_a", "memorized_b", "confidence_a", "confidence_b")
 

@@ -220,7 +220,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
     assert len(metrics(out)) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("mode,lc", cuda_checks.SYNC_CASES)
 def test_training_step_is_sync_free_on_cuda(mode, lc):
     # 3 warm-up steps, then 2 under torch.cuda.set_sync_debug_mode("error"), which raises on any sync

@@ -4,7 +4,7 @@
     python -m tools.identity --repo /tmp/before --json before.json --compare after.json
 
 Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every mode x lc, mkd,
-kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair). The digest of a run is the
+kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair, GCE, Co-teaching, Co-teaching+, JoCoR). The digest of a run is the
 SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every number
 bit-identical keeps every digest. --compare prints the configurations whose digests differ.
 """
@@ -29,6 +29,8 @@ CONFIGS.update({
     "pair-eta1.5": ["--mode", "static", "--eta", "1.5", "--noise", "pair", "--rate", "0.3"],
     "val-subset": ["--mode", "progressive", "--val-split", "0.2", "--subset", "80"],
     "cnn+resnet18": ["--mode", "progressive", "--arch", "cnn,resnet18"],
+    "zero-gce": ["--mode", "zero", "--lc", "gce"], "progressive-gce": ["--mode", "progressive", "--lc", "gce"],
+    "coteach": ["--mode", "coteach"], "coteach+": ["--mode", "coteach+"], "jocor": ["--mode", "jocor"],
 })
 
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 import models
-from mutual import ALIASES, LCS, MODES, NAMES, SMALL_LOSS, Method
+from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, Method
 from schedule import chi
 from training import cifar_n, datasets
 
@@ -316,8 +316,17 @@ def resolve(args):
             fail(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
                  "use zero/all/static/progressive for those")
         args.lc = "ce"
+    if (args.select, args.peer_weight) != ("confident", "sum") and args.mode not in CMD_MODES:
+        fail(f"--select and --peer-weight are controls of CMD's selection ({', '.join(CMD_MODES)}), not of "
+             f"--mode {args.mode}; drop them")
+    if args.peer_weight == "mean" and args.peers != 2:
+        fail(f"--peer-weight mean averages a sample's own term with its one peer's: a pair, not --peers {args.peers}")
+    if args.peer_weight == "mean" and args.lc in OWN_LOSS_LCS:
+        fail(f"--peer-weight mean averages two cross-entropies with targets, and --lc {args.lc}'s own term is a loss "
+             f"of its own; use --lc ce, ls, bootsoft, proselflc or mylc")
     eta, b = MODES[args.mode]
     own_threshold = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
+    own_threshold += "".join(f"-{v}" for v in (args.select, args.peer_weight) if v not in ("confident", "sum"))
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
     args.lc = args.lc or "mylc"
