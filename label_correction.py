@@ -70,14 +70,14 @@ def _trust(p, h):
 
 
 @torch.no_grad()
-def proselflc(q, p, progress, b, transit=0.5, h=None):
+def proselflc(q, p, progress, b, transit=0.3, h=None):
     """ProSelfLC: q_tilde = (1 - eps) q + eps p, eps = s(progress - transit, b) * (1 - H(p)/H(u)).
 
     q, p: (N, K); p is the model's own prediction on the same batch (no gradient,
     as in the authors' code). progress = t/Gamma in [0, 1], t fractional.
     h: optional (N,) precomputed H(p), to avoid computing it twice.
-    transit=0.5 is ProSelfLC's paper value; train.py passes --proselflc-transit, 0.3 by default (one
-    recorded setting of the authors' code, see docs/paper-notes.md).
+    transit=0.3 is what train.py runs (mutual.Method.proselflc_transit: one recorded setting of the authors'
+    code, docs/paper-notes.md); ProSelfLC's paper uses 0.5.
     Returns q_tilde (N, K), rows summing to 1.
     """
     eps = logistic(progress - transit, b) * _trust(p, h)  # (N, 1)

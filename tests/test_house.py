@@ -3,6 +3,8 @@ paper's files import no machinery, shared flags are defined once, train.py's fun
 import ast
 import dataclasses
 import glob
+import importlib
+import inspect
 import json
 import os
 
@@ -13,6 +15,7 @@ import mutual
 from mutual import Method
 from training import config
 from training.report import epoch_line
+from training.synthetic import Synthetic
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 PAPER = ("losses", "schedule", "label_correction", "noise", "mutual", "models", "appendix_code")
@@ -181,3 +184,37 @@ def test_every_import_inside_a_function_says_why():
                         line = lines[inner.lineno - 1]
                         above = lines[inner.lineno - 2].strip()
                         assert "#" in line or above.startswith("#"), f"{os.path.basename(path)}:{inner.lineno}: {line}"
+
+
+# (function, its parameter, the Method field train.py passes for it): a copied function gives train.py's number
+COPYABLE_DEFAULTS = [
+    ("label_correction.proselflc", "transit", "proselflc_transit"), ("label_correction.mylc", "rho", "mylc_rho"),
+    ("label_correction.tfkd_reg_loss", "a", "tfkd_a"), ("label_correction.tfkd_reg_loss", "T", "tfkd_t"),
+    ("label_correction.tfkd_reg_loss", "alpha", "tfkd_alpha"),
+    ("label_correction.tfkd_reg_loss", "multiplier", "tfkd_multiplier"),
+    ("label_correction.gce_loss", "gce_q", "gce_q"), ("losses.kdcl_loss", "T", "kdcl_t"),
+    ("losses.kdcl_loss", "lam", "kdcl_lambda"), ("losses.kdcl_cohort_loss", "T", "kdcl_t"),
+    ("losses.kdcl_cohort_loss", "lam", "kdcl_lambda"),
+]
+
+
+def test_every_default_of_a_copyable_function_is_the_one_train_py_runs():
+    defaults = {f.name: f.default for f in dataclasses.fields(Method)}
+    for path, param, field in COPYABLE_DEFAULTS:
+        module, name = path.split(".")
+        fn = getattr(importlib.import_module(module), name)
+        assert inspect.signature(fn).parameters[param].default == defaults[field], (path, param, field)
+    # and no other parameter of these functions carries a default that Method does not hold
+    for module in ("label_correction", "losses"):
+        for name, fn in inspect.getmembers(importlib.import_module(module), inspect.isfunction):
+            for param in inspect.signature(fn).parameters.values():
+                if isinstance(param.default, float) and not isinstance(param.default, bool):
+                    assert (f"{module}.{name}", param.name) in {(p, a) for p, a, _ in COPYABLE_DEFAULTS}, \
+                        f"{module}.{name}({param.name}={param.default}) is a default Method does not hold"
+
+
+def test_the_synthetic_flags_take_the_data_sets_own_defaults():
+    args = config.get_args([])
+    for field, default in Synthetic._field_defaults.items():
+        if field != "seed":  # the run's --seed
+            assert getattr(args, f"synthetic_{field}") == default

@@ -180,7 +180,7 @@ def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside
 @pytest.mark.parametrize("extra,error", [
     (["--weight-decay", "-1"], "train.py: error: --weight-decay -1.0: must be at least 0, and a number float32 holds"),
     (["--eta", "2"], "sweep.py: error: --eta after -- would override what the grid sets for its runs; leave it out"),
-    (["--se", "3", "--out=x"], "sweep.py: error: --out --seed after -- would override what the grid sets"),
+    (["--see", "3", "--out=x"], "sweep.py: error: --out --seed after -- would override what the grid sets"),
     (["--epochs", "9"], "sweep.py: error: --epochs after -- would override"),  # set by the scale
 ])
 def test_flags_after_dashes_that_train_py_refuses_or_that_override_the_grid_stop_the_sweep(tmp_path, extra, error):

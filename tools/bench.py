@@ -319,6 +319,7 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error(config.NO_CUDA)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    torch.backends.cudnn.benchmark = device.type == "cuda"  # as train.py runs (config.pick_device)
     amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
     setup = Setup(**{f.name: getattr(args, f.name) for f in fields(Setup) if f.name != "amp"}, amp=amp)
     skip = set(args.skip.split(","))

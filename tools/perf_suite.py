@@ -368,6 +368,7 @@ def main(argv=None):
         p.error(f"--budget {args.budget}: give the seconds the suite may take, e.g. 480")
     bench.check_json_path(p, args.json)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    torch.backends.cudnn.benchmark = device.type == "cuda"  # as train.py runs (config.pick_device)
     sizes = SMALL if args.small or device.type != "cuda" else FULL
     if args.child_compile:
         warmup_s, step_ms = bench.step_timing(bench_args(sizes, sizes.run_arch, device), device,

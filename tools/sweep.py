@@ -142,10 +142,14 @@ def load_cells(t, scale, seeds, sweep_dir, failed=()):
 
 
 def run_diagnostics(d):
-    """What one run's metrics.jsonl says about memorisation and selection (means over its models and over
-    the ordered pairs of models: b2a and a2b for A and B)."""
+    """What one run's metrics.jsonl says about memorisation and selection: diagnostics of its rows."""
     with open(os.path.join(d, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
+        return diagnostics([json.loads(line) for line in f])
+
+
+def diagnostics(rows):
+    """What a run's metrics rows say about memorisation and selection (means over its models and over
+    the ordered pairs of models: b2a and a2b for A and B)."""
     models = [k[len("memorized_"):] for k in rows[-1] if k.startswith("memorized_")]
     pairs = [f"{j}2{k}" for j in models for k in models if j != k]
     per_model = lambda r, key: sum(r[f"{key}_{x}"] for x in models) / len(models)  # noqa: E731

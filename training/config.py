@@ -24,6 +24,7 @@ import models
 from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, Method
 from schedule import chi
 from training import cifar_n, datasets
+from training.synthetic import Synthetic
 
 REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
 DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
@@ -126,6 +127,9 @@ def pick_device(choice, local_rank=0):
     if choice == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     torch.cuda.set_device(local_rank)
+    # every batch has the same shapes, so cuDNN's autotuner pays for itself after a few steps: the ResNet34
+    # pair's step fell from 27.5 to 22.7 ms on one H200 (tools/profile_step.py, docs/performance.md)
+    torch.backends.cudnn.benchmark = True
     return torch.device("cuda", local_rank)
 
 
@@ -202,12 +206,14 @@ def parser():
                         "digit is another digit), or none")
     g.add_argument("--val-split", type=float, default=0.0,
                    help="hold out this clean fraction of the training set as 'val' (the paper searches with 0.1)")
-    g.add_argument("--synthetic-size", type=int, default=2000, help="synthetic: training images")
-    g.add_argument("--synthetic-test-size", type=int, default=1000, help="synthetic: test images")
-    g.add_argument("--synthetic-classes", type=int, default=10, help="synthetic: number of classes K")
-    g.add_argument("--synthetic-shift", type=int, default=4,
+    synthetic = Synthetic._field_defaults  # the data set's own defaults, written once in training/synthetic.py
+    g.add_argument("--synthetic-size", type=int, default=synthetic["size"], help="synthetic: training images")
+    g.add_argument("--synthetic-test-size", type=int, default=synthetic["test_size"], help="synthetic: test images")
+    g.add_argument("--synthetic-classes", type=int, default=synthetic["classes"],
+                   help="synthetic: number of classes K")
+    g.add_argument("--synthetic-shift", type=int, default=synthetic["shift"],
                    help="synthetic: each image's patterns are shifted by up to this many pixels (0: none)")
-    g.add_argument("--synthetic-difficulty", type=float, default=2.0,
+    g.add_argument("--synthetic-difficulty", type=float, default=synthetic["difficulty"],
                    help="synthetic: clutter std over class-signal std (2: a small CNN reaches ~80%% clean)")
 
     method_flags(p.add_argument_group("method (mutual.py's Method; defaults: CMD-P + MyLC)"))

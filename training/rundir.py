@@ -1,5 +1,7 @@
 """The run directory: what a training run writes into --out, and how it resumes from it.
 
+Run             -- one run's directory as train.main uses it: open or resume, the labels, restore, start,
+                   each epoch's files, finish, where a stopped run stopped
 RunError        -- a run directory that cannot be used; its message is one line that says what to do
 check_out       -- refuse to mix two runs; on resume, load the checkpoint and check it fits the configuration
 provenance      -- what ran: device, versions, git commit, start time (config.json; not compared on resume)

@@ -1,0 +1,100 @@
+"""tools/attribution.py: the edge rule on fake scores, then every stage end to end on tiny Fashion-MNIST files in
+their real format (real train.py runs), the raw data packed and the tables rendered again from it alone."""
+import gzip
+import json
+import math
+import os
+
+import pytest
+from test_mnist import write_idx
+
+from tools import attribution, demo
+
+
+def scored(values, diverged=()):
+    """runs as load_dir gives them: {lr: validation accuracy} of one row, every selection seed alike."""
+    runs = {}
+    for lr, v in values.items():
+        for s in attribution.SELECT_SEEDS:
+            runs[f"select/zero-lr{lr:g}-s{s}"] = dict(rows=[dict(val_acc_mean=v)], diverged=lr in diverged)
+    return runs
+
+
+@pytest.fixture
+def one_row(monkeypatch):
+    monkeypatch.setitem(attribution.GRIDS, 0.6, {"zero": (0.05, 0.07, 0.1)})
+
+
+def test_an_interior_choice_stands(one_row):
+    choice, todo = attribution.choose(scored({0.05: 70, 0.07: 72, 0.1: 71}), 0.6)
+    assert todo == [] and choice["zero"]["lr"] == 0.07 and choice["zero"]["edge"] is None
+
+
+def test_a_choice_on_an_edge_extends_the_grid_by_one_sqrt2_step_that_way(one_row):
+    assert attribution.choose(scored({0.05: 70, 0.07: 71, 0.1: 72}), 0.6)[1] == [("zero", 0.14)]
+    assert attribution.choose(scored({0.05: 73, 0.07: 71, 0.1: 72}), 0.6)[1] == [("zero", 0.035)]
+    assert attribution.choose(scored({0.05: 70, 0.07: 71}), 0.6)[1] == [("zero", 0.1)]  # the declared grid first
+
+
+def test_a_diverged_step_makes_the_choice_interior_and_the_cap_marks_an_edge(one_row):
+    choice, todo = attribution.choose(scored({0.05: 70, 0.07: 71, 0.1: 72, 0.14: -1}, diverged={0.14}), 0.6)
+    assert todo == [] and choice["zero"]["lr"] == 0.1 and choice["zero"]["edge"] is None
+    rising = {0.05: 70, 0.07: 71, 0.1: 72, 0.14: 73, 0.2: 74, 0.28: 75}  # EXTEND = 3 steps beyond 0.1
+    choice, todo = attribution.choose(scored(rising), 0.6)
+    assert todo == [] and choice["zero"] == dict(lr=0.28, val=75, edge="top", es_lr=0.28)
+
+
+def test_a_diverged_setting_scores_minus_infinity_and_reads_diverged(one_row):
+    runs = scored({0.05: 70, 0.07: 71, 0.1: 72, 0.14: 0}, diverged={0.14})
+    assert attribution.val_scores(runs, 0.6, "zero", 0.14)[0] == -math.inf
+    choice, _ = attribution.choose(runs, 0.6)
+    assert any("| 0.14 | diverged |" in line for line in attribution.select_table(runs, 0.6, choice))
+
+
+def test_the_published_selection_counts_at_40_percent():
+    got = attribution.published()
+    assert got["zero", 0.025] == [72.94, 70.88] and got["cmdp", 0.1] == [78.38, 77.62]  # docs/fmnist/select.md
+    assert ("all", 0.1) in got and len([k for k in got if k[0] == "cmdp"]) == 5  # eta 2, b -5 only
+
+
+def test_every_stage_end_to_end_on_tiny_files_and_the_tables_from_the_raw_data_alone(tmp_path, monkeypatch):
+    write_idx(tmp_path / "data", n_train=160, n_test=40)
+    monkeypatch.setattr(demo, "BASE", ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2",
+                                       "--augment", "none", "--weight-decay", "0", "--epochs", "2", "--milestones", "1",
+                                       "--batch-size", "32", "--noise", "sym", "--rate", "0.4"])
+    monkeypatch.setitem(attribution.GRIDS, 0.6, {row: (0.05,) for row in ("zero", "all", "cmdp", "shuffled")})
+    monkeypatch.setattr(attribution, "EXTEND", 0)
+    monkeypatch.setattr(attribution, "SELECT_SEEDS", (100,))
+    monkeypatch.setattr(attribution, "REPORT_SEEDS", (0, 1))
+    out = str(tmp_path / "sweeps")
+    base = ["--rate", "0.6", "--out", out, "--data-dir", str(tmp_path / "data")]
+    assert attribution.main(["all", *base, "--", "--device", "cpu"]) == 0
+    where = os.path.join(out, "attribution", "r0.6")
+    choice = json.load(open(os.path.join(where, "choice.json")))
+    assert {r: c["edge"] for r, c in choice.items() if r != "command"} == dict.fromkeys(choice.keys() - {"command"},
+                                                                                         "top")  # no extension allowed
+    report = open(os.path.join(where, "report.md")).read()
+    for label in ("MyLC, CMD-P's count at random positions", "step-size control", "--peer-weight mean",
+                  "| MyLC, CMD-P (η = 2, b = −5) − MyLC, CMD-P's count at random positions |", "Preconditions"):
+        assert label in report
+    runs = attribution.load_dir(out, 0.6)
+    assert len(runs) == 4 + 6 * 2 + 2 and not any(r["diverged"] for r in runs.values())
+    step = runs["report/step-lr0.1-s0"]["flags"]  # twice CMD-P's lr, zero knowledge
+    assert step[step.index("--lr") + 1] == "0.1" and step[step.index("--mode") + 1] == "zero"
+    shuffled = runs["report/shuffled-lr0.05-s1"]["flags"]
+    assert shuffled[shuffled.index("--select") + 1] == "shuffled" and shuffled[shuffled.index("--rate") + 1] == "0.6"
+    # a second invocation trains nothing and writes the same tables
+    assert attribution.main(["all", *base, "--", "--device", "cpu"]) == 0
+    assert open(os.path.join(where, "report.md")).read().split("`python")[0] == report.split("`python")[0]
+    # the raw data: one line a run, and the tables again from it alone, the same
+    packed = str(tmp_path / "runs.jsonl.gz")
+    assert attribution.main(["pack", "--out", out, "--from", packed]) == 0
+    assert attribution.main(["pack", "--out", out, "--from", packed]) == 0  # again: the same runs, not twice
+    with gzip.open(packed, "rt") as f:
+        lines = [json.loads(line) for line in f]
+    assert len(lines) == len(runs) and lines[0]["provenance"]["torch"] and len(lines[0]["rows"]) == 2
+    again = str(tmp_path / "again")
+    assert attribution.main(["tables", "--rate", "0.6", "--out", again, "--from", packed]) == 0
+    rendered = open(os.path.join(again, "attribution", "r0.6", "report.md")).read()
+    assert rendered.split("Rendered from")[0] == report.split("`python")[0]
+    assert f": {len(runs)} on " in rendered and ", torch 2." in rendered  # where the runs ran, from their config.json

@@ -1,0 +1,424 @@
+"""Does the confident selection matter? CMD-P beside the same number of samples taught at random positions, all
+knowledge, zero knowledge, a step-size control and Co-teaching, on the Fashion-MNIST regime of tools/demo.py.
+
+    python -m tools.attribution select --rate 0.6 --out sweeps/fmnist --jobs 2   # every row's lr, edge rule
+    python -m tools.attribution report --rate 0.6 --out sweeps/fmnist --jobs 2   # 5 seeds at the choices
+    python -m tools.attribution all --rate 0.6 --jobs 14 -- --device cuda --amp off  # both, on one GPU
+    python -m tools.attribution select --rate 0.6 --dry-run    # the train.py commands, to run one row by hand
+    python -m tools.attribution pack --out sweeps/fmnist       # every run's numbers into docs/fmnist/runs.jsonl.gz
+    python -m tools.attribution tables --rate 0.4 --from docs/fmnist/runs.jsonl.gz   # the tables from those alone
+
+The rows (ROWS), all MyLC unless named: zero knowledge; all knowledge (eta = 1); CMD-P at the selection's
+eta 2, b -5; `shuffled`, CMD-P's count of samples in each batch at random positions (--select shuffled: the same
+targets, chi and extra weight, without the choice); Co-teaching at tau = the true rate (40% only). The report adds
+zero knowledge at twice CMD-P's chosen lr (`step`: what CMD-P's larger step alone does) and CMD-P with
+--peer-weight mean (`mean`: the same selection without the extra weight).
+
+select -- each row on its lr grid (GRIDS) with the selection seeds, which are not reported; the choice is the best
+          mean final-epoch validation accuracy, a diverged setting scoring -inf. EDGE RULE: a choice on the top or
+          bottom of its grid extends the grid by one step of LADDER (sqrt(2)) that way and selects again, until the
+          choice is interior, the next step diverged, or EXTEND steps were added; a choice still on an edge is
+          marked. At 40%, zero, all and CMD-P also count the published selection (docs/fmnist/select.md, one
+          H100) at lr 0.025 to 0.1; the new lrs extend it.
+report -- the rows at their choices on REPORT_SEEDS, with paired differences (PAIRS) and diagnostics.
+"""
+import argparse
+import functools
+import glob
+import gzip
+import json
+import math
+import os
+import re
+import shlex
+import sys
+import time
+
+from tools import demo
+from tools.sweep import diagnostics, mean_std, run_jobs
+
+LADDER = (0.0044, 0.00625, 0.0088, 0.0125, 0.0177, 0.025, 0.035, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8)
+EXTEND = 3  # at most this many sqrt(2) steps beyond a row's declared grid, each way
+CMDP = ["--mode", "progressive", "--lc", "mylc", "--eta", "2", "--b", "-5"]  # the committed selection's eta, b
+ROWS = {
+    "zero": ("MyLC, zero knowledge", ["--mode", "zero", "--lc", "mylc"]),
+    "all": ("MyLC, all knowledge (η = 1)", ["--mode", "all", "--lc", "mylc"]),
+    "cmdp": ("MyLC, CMD-P (η = 2, b = −5)", CMDP),
+    "shuffled": ("MyLC, CMD-P's count at random positions", CMDP + ["--select", "shuffled"]),
+    "coteach": ("Co-teaching, τ = the true rate", ["--mode", "coteach"]),
+    "step": ("MyLC, zero knowledge at 2× CMD-P's lr (step-size control)", ["--mode", "zero", "--lc", "mylc"]),
+    "mean": ("MyLC, CMD-P, --peer-weight mean (no extra weight)", CMDP + ["--peer-weight", "mean"]),
+    "clean": ("CE, clean labels (reference)", ["--mode", "zero", "--lc", "ce", "--noise", "none", "--rate", "0"]),
+}
+# The declared grids, per noise rate, before any run of this experiment. 40%: the published lrs 0.025 to 0.1
+# of zero, all and CMD-P stand (PUBLISHED) and these extend them; 60%: the four rows that decide the question.
+GRIDS = {
+    0.4: {"zero": (0.0125, 0.0177, 0.14, 0.2, 0.28), "all": (0.14, 0.2, 0.28), "cmdp": (0.14, 0.2, 0.28),
+          "shuffled": (0.05, 0.07, 0.1, 0.14, 0.2, 0.28), "coteach": (0.025, 0.035, 0.05, 0.07, 0.1, 0.14)},
+    0.6: {row: (0.05, 0.07, 0.1, 0.14, 0.2, 0.28) for row in ("zero", "all", "cmdp", "shuffled")},
+}
+PUBLISHED = {"zero": "MyLC, zero knowledge", "all": "MyLC, all knowledge (η = 1)", "cmdp": "MyLC, CMD-P"}
+SELECT_SEEDS, REPORT_SEEDS, CLEAN_SEEDS = demo.SELECT_SEEDS, demo.REPORT_SEEDS, (0, 1)
+# (row, against): the paired differences the report prints; the first answers the question
+PAIRS = [("cmdp", "shuffled"), ("cmdp", "all"), ("cmdp", "zero"), ("shuffled", "zero"), ("all", "zero"),
+         ("step", "zero"), ("cmdp", "step"), ("mean", "zero"), ("cmdp", "mean"), ("coteach", "zero"),
+         ("cmdp", "coteach")]
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def lr_name(lr):
+    return f"{lr:g}"
+
+
+def flags(row, rate, lr):
+    """train.py's flags of a row at a noise rate and lr: the demonstration's regime (demo.BASE) at this rate."""
+    base = [f"{rate:g}" if i and demo.BASE[i - 1] == "--rate" else v for i, v in enumerate(demo.BASE)]
+    return base + ROWS[row][1] + ["--lr", lr_name(lr)]  # later flags win: the clean row's --noise none --rate 0
+
+
+def jobs_of(out, rate, stage, cells, data, extra):
+    """train.py jobs for cells [(row, lr, seed)], in the stage's folder of this rate."""
+    todo = []
+    for row, lr, seed in cells:
+        name = f"{row}-lr{lr_name(lr)}-s{seed}"
+        d = os.path.join(out, "attribution", f"r{rate:g}", stage, name)
+        key = data + flags(row, rate, lr) + ["--seed", str(seed)]
+        todo.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
+    return todo
+
+
+# ---------------------------------------------------------------- runs, on disk or from the raw data
+def load_dir(out, rate):
+    """{stage/name: run} of this rate's finished and diverged runs; a run is dict(rows=the metrics rows,
+    diverged=bool, flags=its train.py key, provenance=config.json's)."""
+    runs = {}
+    for d in glob.glob(os.path.join(out, "attribution", f"r{rate:g}", "*", "*")):
+        done, bad = (os.path.exists(os.path.join(d, f)) for f in ("summary.json", "diverged.json"))
+        if done or bad:
+            with open(os.path.join(d, "config.json")) as f:
+                prov = json.load(f).get("provenance")
+            with open(os.path.join(d, "sweep.json")) as f:
+                key = json.load(f)
+            runs[os.path.relpath(d, os.path.join(out, "attribution", f"r{rate:g}"))] = dict(
+                rows=demo.rows_of(d) if os.path.exists(os.path.join(d, "metrics.jsonl")) else [], diverged=bad,
+                flags=key, provenance=prov, dir=d)
+    return runs
+
+
+def load_pack(path, rate):
+    with gzip.open(path, "rt") as f:
+        lines = [json.loads(line) for line in f]
+    return {r["run"]: r for r in lines if r["rate"] == rate}
+
+
+def pack(out, path):
+    """Every finished or diverged run of every rate under out, one JSON line each: its flags, seed, device and
+    torch (config.json's provenance), every epoch's metrics, and whether it diverged; added to the runs path
+    already holds (a run of the same rate and name is replaced). Returns (runs added, runs in the file)."""
+    lines = {}
+    if os.path.exists(path):
+        with gzip.open(path, "rt") as f:
+            lines = {(r["rate"], r["run"]): r for r in map(json.loads, f)}
+    added = 0
+    for rate in GRIDS:
+        for name, run in load_dir(out, rate).items():
+            lines[rate, name] = dict(rate=rate, run=name, flags=run["flags"], diverged=run["diverged"],
+                                     provenance=run["provenance"], rows=run["rows"])
+            added += 1
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines))
+    return added, len(lines)
+
+
+def provenance(runs):
+    """Where the runs ran: 'n on DEVICE, torch V' for each device and torch version among them."""
+    counts = {}
+    for r in runs.values():
+        p = r.get("provenance") or {}
+        key = (p.get("device_name") or p.get("device") or "?", p.get("torch", "?"))
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{n} on {d}, torch {t}" for (d, t), n in sorted(counts.items()))
+
+
+# ---------------------------------------------------------------- select
+@functools.cache
+def published():
+    """{(row, lr): [val acc per selection seed]} of the committed selection at 40% (docs/fmnist/select.md)."""
+    got = {}
+    with open(os.path.join(HERE, "docs", "fmnist", "select.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            for row, label in PUBLISHED.items():
+                if len(cells) == 7 and cells[0] == label and (row != "cmdp" or cells[2:4] == ["2", "-5"]):
+                    got[row, float(cells[1])] = [float(v) for v in cells[5].split()]
+    return got
+
+
+def val_scores(runs, rate, row, lr):
+    """(mean validation accuracy over the selection seeds, per seed, where from); -inf if one diverged, None if
+    a seed has not finished."""
+    if rate == 0.4 and (row, lr) in published():
+        vals = published()[row, lr]
+        return sum(vals) / len(vals), vals, "published"
+    got = [runs.get(f"select/{row}-lr{lr_name(lr)}-s{s}") for s in SELECT_SEEDS]
+    if any(r is None for r in got):
+        return None, [], "to run"
+    if any(r["diverged"] for r in got):
+        return -math.inf, [], "diverged"
+    vals = [r["rows"][-1]["val_acc_mean"] for r in got]
+    return sum(vals) / len(vals), vals, "run"
+
+
+def grid_of(rate, row, runs):
+    """A row's lrs: the declared grid, the published ones, and every extension the edge rule has made so far
+    (the runs say which)."""
+    lrs = set(GRIDS[rate][row]) | ({lr for (r, lr) in published() if r == row} if rate == 0.4 else set())
+    lrs |= {float(m.group(1)) for name in runs for m in [re.match(rf"select/{re.escape(row)}-lr([0-9.e-]+)-s", name)]
+            if m}
+    return sorted(lrs)
+
+
+def choose(runs, rate):
+    """{row: dict(lr, val, edge, es_lr)} and the cells still to run [(row, lr)]: the declared grid first, then
+    the edge rule's next step. es_lr: the lr chosen by the best-epoch validation accuracy instead."""
+    choice, todo = {}, []
+    for row in GRIDS[rate]:
+        lrs = grid_of(rate, row, runs)
+        scored = {lr: val_scores(runs, rate, row, lr) for lr in lrs}
+        missing = [lr for lr, s in scored.items() if s[0] is None]
+        if missing:
+            todo += [(row, lr) for lr in missing]
+            continue
+        best = max(lrs, key=lambda lr: (scored[lr][0], -lr))
+        edge = None
+        if best in (lrs[0], lrs[-1]):  # a diverged neighbour is in lrs, so an edge choice has none beyond it
+            up = best == lrs[-1]
+            declared = sorted(set(GRIDS[rate][row]) | {lr for (r, lr) in published() if r == row and rate == 0.4})
+            declared = declared[-1 if up else 0]
+            i = LADDER.index(best) + (1 if up else -1)
+            if 0 <= i < len(LADDER) and abs(i - LADDER.index(declared)) <= EXTEND:
+                todo.append((row, LADDER[i]))
+                continue
+            edge = "top" if up else "bottom"
+        es = {lr: best_epoch_val(runs, row, lr) for lr in lrs if scored[lr][2] == "run"}
+        es_lr = max(es, key=lambda lr: (es[lr], -lr)) if es else None
+        choice[row] = dict(lr=best, val=round(scored[best][0], 3), edge=edge, es_lr=es_lr)
+    return choice, todo
+
+
+def best_epoch_val(runs, row, lr):
+    got = [runs.get(f"select/{row}-lr{lr_name(lr)}-s{s}") for s in SELECT_SEEDS]
+    if any(r is None or r["diverged"] for r in got):
+        return -math.inf
+    return sum(max(x["val_acc_mean"] for x in r["rows"]) for r in got) / len(got)
+
+
+def select_table(runs, rate, choice):
+    lines = [f"| row | lr | val acc, mean ± s.e. over seeds {', '.join(map(str, SELECT_SEEDS))} | seeds | from | "
+             f"chosen |", "|---|---|---|---|---|---|"]
+    for row in GRIDS[rate]:
+        for lr in grid_of(rate, row, runs):
+            m, vals, where = val_scores(runs, rate, row, lr)
+            c = choice.get(row, {})
+            se = mean_std(vals)[1] / math.sqrt(len(vals)) if len(vals) > 1 else None
+            score = {None: "–", -math.inf: "diverged"}.get(m, demo.fmt(m, se))
+            mark = ("**✓**" + (f" (on the {c['edge']} edge)" if c.get("edge") else "")) if c.get("lr") == lr else ""
+            lines.append(f"| {ROWS[row][0]} | {lr:g} | {score} | {' '.join(f'{v:.2f}' for v in vals)} | {where} | "
+                         f"{mark} |")
+    es = ", ".join(f"{ROWS[r][0]} {c['es_lr']:g}" for r, c in choice.items() if c.get("es_lr") is not None)
+    return lines + ["", f"Chosen by the best epoch's validation accuracy instead (among this experiment's runs): {es}."]
+
+
+# ---------------------------------------------------------------- report
+def report_cells(rate, choice, rows=None):
+    """(row, lr, seed) of the report, seed by seed (a report cut short still pairs its rows): each row at its
+    choice, the step-size control at 2x CMD-P's lr, the normalised control at CMD-P's, the clean reference on
+    CLEAN_SEEDS. rows: only these."""
+    lr = {row: c["lr"] for row, c in choice.items()}
+    lr.update(step=2 * lr["cmdp"], mean=lr["cmdp"], clean=demo.BASE_LR)
+    return [(row, lr[row], s) for s in REPORT_SEEDS for row in lr
+            if (row != "clean" or s in CLEAN_SEEDS) and (rows is None or row in rows)]
+
+
+def published_choice():
+    """At 40%: the committed selection's choices (docs/fmnist/choice.json) for zero, all and CMD-P, and CMD-P's
+    lr for the shuffled control, for a report on a machine too slow for the new selection."""
+    with open(os.path.join(HERE, "docs", "fmnist", "choice.json")) as f:
+        saved = json.load(f)
+    lr = {row: saved[f"mylc-{row}"]["lr"] for row in ("zero", "all", "cmdp")}
+    lr["shuffled"] = lr["cmdp"]
+    return {row: dict(lr=v, val=None, edge="published", es_lr=None) for row, v in lr.items()}
+
+
+def report_runs(runs, rate, choice):
+    """{row: {seed: metrics rows}} of the finished report runs."""
+    got = {}
+    for row, lr, s in report_cells(rate, choice):
+        r = runs.get(f"report/{row}-lr{lr_name(lr)}-s{s}")
+        if r is not None and not r["diverged"]:
+            got.setdefault(row, {})[s] = r["rows"]
+    return got
+
+
+def report_table(runs, rate, choice):
+    got = report_runs(runs, rate, choice)
+    lrs = {row: lr for row, lr, _ in report_cells(rate, choice)}
+    lines = ["| row | lr | final test acc | early-stopped test acc | memorised (end) | selected | precision | "
+             "recall | seeds |", "|---" * 9 + "|"]
+    for row, seeds in got.items():
+        acc = mean_std([r[-1]["test_acc_mean"] for r in seeds.values()])
+        es = mean_std([demo.early_stopped(r) for r in seeds.values()])
+        diag = [] if row == "clean" else [diagnostics(rows) for rows in seeds.values()]
+        dia = [mean_std([d[k] for d in diag if d[k] is not None] or [math.nan]) for k in
+               ("memorized", "selected", "precision", "recall")]
+        lines.append(f"| {ROWS[row][0]} | {lrs[row]:g} | {demo.fmt(*acc[:2])} | {demo.fmt(*es[:2])} | " +
+                     " | ".join("–" if math.isnan(d[0]) else demo.fmt(*d[:2]) for d in dia) + f" | {len(seeds)} |")
+    lines += ["", "| paired difference of final test accuracy | mean [95% t-interval] | ahead |", "|---|---|---|"]
+    for row, base in PAIRS:
+        if row in got and base in got:
+            diff, ahead = demo.paired(got[row], got[base])
+            lines.append(f"| {ROWS[row][0]} − {ROWS[base][0]} | {diff} | {ahead} |")
+    return lines
+
+
+def preconditions(runs, rate, choice):
+    got = report_runs(runs, rate, choice)
+    if "zero" not in got or "clean" not in got:
+        return ["(zero knowledge's or the clean reference's report runs have not finished)"], False
+    label = f"MyLC, zero knowledge at lr {choice['zero']['lr']:g}"
+    return demo.preconditions_of({label: list(got["zero"].values())}, list(got["clean"].values()))
+
+
+# ---------------------------------------------------------------- main
+def run_cells(args, cells, stage, data, extra, log):
+    """Train the cells not yet finished or diverged; a run that stops on a NaN loss is marked diverged."""
+    todo = [j for j in jobs_of(args.out, args.rate, stage, cells, data, extra)
+            if not os.path.exists(os.path.join(j["dir"], "diverged.json"))]
+    if args.dry_run:
+        try:
+            for j in todo:
+                if not demo.finished(j["dir"]):
+                    print(shlex.join(["python", "train.py", *j["argv"]]))
+            sys.stdout.flush()
+        except BrokenPipeError:  # | head: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    failed = run_jobs(todo, jobs=args.jobs)
+    for j in todo:
+        if j["name"] in failed and "NaN" in failed[j["name"]]:
+            with open(os.path.join(j["dir"], "diverged.json"), "w") as f:
+                json.dump(dict(error=failed[j["name"]]), f)
+        elif j["name"] in failed:
+            log.append(f"{j['name']}: {failed[j['name']]}")
+
+
+def select(args, data, extra, log):
+    while True:
+        runs = load_dir(args.out, args.rate)
+        choice, todo = choose(runs, args.rate)
+        if not todo or args.dry_run:
+            run_cells(args, [(row, lr, s) for row, lr in todo for s in SELECT_SEEDS], "select", data, extra, log)
+            return choice, runs
+        run_cells(args, [(row, lr, s) for row, lr in todo for s in SELECT_SEEDS], "select", data, extra, log)
+        if log:
+            raise SystemExit(f"attribution: runs failed: {'; '.join(log)}")
+
+
+def write(path, lines):
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"written: {path}")
+
+
+def render(runs, rate, choice, where, footer):
+    pct = f"{100 * rate:g}%"
+    write(os.path.join(where, "select.md"), [
+        f"# Selection at {pct} symmetric noise, on the clean 10% validation split", "",
+        "Each row's choice: the best mean final-epoch validation accuracy over the selection seeds; the edge rule "
+        "(tools/attribution.py) extends a grid whose choice is on its edge.", ""] + select_table(runs, rate, choice)
+        + ["", footer])
+    if any(k.startswith("report/") for k in runs):
+        lines, ok = preconditions(runs, rate, choice)
+        write(os.path.join(where, "report.md"), [
+            f"# Fashion-MNIST, {pct} symmetric noise: does the confident selection matter?", "",
+            f"Seeds {', '.join(map(str, REPORT_SEEDS))} (clean reference: {', '.join(map(str, CLEAN_SEEDS))}). Final "
+            "test accuracy: the mean of the two models' final-epoch accuracies, mean ± std over seeds. Early-stopped: "
+            "the test accuracy at each run's best validation epoch. Diagnostics: means over epochs and the two "
+            "directions (memorised: the last epoch).", ""] + report_table(runs, rate, choice) +
+            ["", "Preconditions on zero knowledge at its chosen lr: " + demo.PRECONDITIONS + "."] + lines +
+            [f"All hold: {'yes' if ok else 'no'}.", "", footer])
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Flags after -- go to every train.py (e.g. -- --device cuda --amp off).")
+    p.add_argument("stage", choices=("select", "report", "all", "pack", "tables"))
+    p.add_argument("--rate", type=float, default=0.4, help=f"the symmetric noise rate: {', '.join(map(str, GRIDS))}")
+    p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs go to DIR/attribution/r<rate>/")
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="the four Fashion-MNIST IDX files")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    p.add_argument("--dry-run", action="store_true", help="print the train.py commands instead of running them")
+    p.add_argument("--from", dest="pack", default="docs/fmnist/runs.jsonl.gz",
+                   help="tables: the raw data to render from; pack: where to write it")
+    p.add_argument("--rows", help=f"report: only these rows, a comma list of {', '.join(ROWS)}")
+    p.add_argument("--published-choice", action="store_true",
+                   help="report at 40%%: the committed selection's choices (docs/fmnist/choice.json), no selection runs")
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    rows = None if args.rows is None else args.rows.split(",")
+    if rows is not None and set(rows) - set(ROWS):
+        p.error(f"--rows: unknown {', '.join(sorted(set(rows) - set(ROWS)))}; choose from {', '.join(ROWS)}")
+    if args.published_choice and (args.rate != 0.4 or args.stage != "report"):
+        p.error("--published-choice goes with report --rate 0.4: the committed selection is at 40%")
+    if args.rate not in GRIDS:
+        p.error(f"--rate {args.rate:g}: the declared grids are for {', '.join(map(str, GRIDS))}")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    if args.stage == "pack":
+        added, total = pack(args.out, args.pack)
+        print(f"{added} runs of {args.out} added to {args.pack}, which holds {total}")
+        return 0
+    where = os.path.join(args.out, "attribution", f"r{args.rate:g}")
+    if args.stage == "tables":
+        runs = load_pack(args.pack, args.rate)
+        choice, todo = choose(runs, args.rate)
+        os.makedirs(where, exist_ok=True)
+        render(runs, args.rate, choice, where, f"Rendered from {args.pack} (`python -m tools.attribution tables "
+               f"--rate {args.rate:g} --out {args.out} --from {args.pack}`): {provenance(runs)}" +
+               (f"; {len(todo)} cells not run." if todo else "."))
+        return 0
+    data = ["--dataset", "fashionmnist", "--data-dir", args.data_dir]
+    extra = ["--workers", "0"] + extra
+    t0, log, command = time.time(), [], shlex.join(["python", "-m", "tools.attribution", *argv])
+    if args.published_choice:  # 40% on a slow machine: the committed selection's choices, no new selection
+        choice, runs = published_choice(), load_dir(args.out, args.rate)
+    else:
+        choice, runs = select(args, data, extra, log)  # the report's settings follow from the selection's runs
+    if args.dry_run:
+        if args.stage != "select" and not {"zero", "cmdp"} <= set(choice):
+            print("# the report's commands follow from the selection's choices: run the selection first")
+        elif args.stage != "select":
+            run_cells(args, report_cells(args.rate, choice, rows), "report", data, extra, log)
+        return 0
+    if args.stage in ("report", "all"):
+        run_cells(args, report_cells(args.rate, choice, rows), "report", data, extra, log)
+        runs = load_dir(args.out, args.rate)
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, "choice.json"), "w") as f:
+        json.dump(dict(choice, command=command), f, indent=1)
+    render(runs, args.rate, choice, where, f"`{command}`: {time.time() - t0:.0f} s this invocation; "
+                                           f"{provenance(runs)}.")
+    if log:
+        print(f"attribution: {len(log)} runs failed: {'; '.join(log)}", file=sys.stderr)
+    return 1 if log else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # each run stops at its checkpoint; the same command continues them
+        print("attribution: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
+              "the others resume from their checkpoints)", file=sys.stderr)
+        sys.exit(130)
