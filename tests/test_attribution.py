@@ -4,8 +4,10 @@ import gzip
 import json
 import math
 import os
+import shlex
 
 import pytest
+from test_faults import readme_and_docs, shown_commands
 from test_mnist import write_idx
 
 from tools import attribution, demo
@@ -98,3 +100,32 @@ def test_every_stage_end_to_end_on_tiny_files_and_the_tables_from_the_raw_data_a
     rendered = open(os.path.join(again, "attribution", "r0.6", "report.md")).read()
     assert rendered.split("Rendered from")[0] == report.split("`python")[0]
     assert f": {len(runs)} on " in rendered and ", torch 2." in rendered  # where the runs ran, from their config.json
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["report", "--rate", "0.5"], "--rate 0.5: the declared grids are for 0.4, 0.6"),
+    (["report", "--rows", "cmdp,nope"], "--rows: unknown nope"),
+    (["select", "--rate", "0.6", "--published-choice"], "--published-choice goes with report --rate 0.4"),
+    (["report", "--jobs", "0"], "--jobs must be at least 1"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        attribution.main(argv + ["--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_attribution_command_shown_in_the_docs_is_accepted(capsys):
+    shown = [c for text in readme_and_docs().values() for c in shown_commands(text, "-m tools.attribution")]
+    assert any("--rate 0.6" in c for c in shown) and any("--published-choice" in c for c in shown)
+    for line in shown:
+        argv = shlex.split(line)[3:]
+        if argv[0] in ("pack", "tables"):  # they write: their arguments only
+            with pytest.raises(SystemExit) as e:
+                attribution.main(argv + ["--help"])
+            assert e.value.code == 0
+            continue
+        cut = argv.index("--") if "--" in argv else len(argv)
+        assert attribution.main(argv[:cut] + ["--dry-run", "--out", "/nonexistent/never"] + argv[cut:]) == 0, line
+    capsys.readouterr()

@@ -350,11 +350,17 @@ def render(runs, rate, choice, where, footer):
             [f"All hold: {'yes' if ok else 'no'}.", "", footer])
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # bad input: one line, exit 2, nothing written
+        print(f"attribution: error: {message} (see python -m tools.attribution --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Flags after -- go to every train.py (e.g. -- --device cuda --amp off).")
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog="Flags after -- go to every train.py (e.g. -- --device cuda --amp off).")
     p.add_argument("stage", choices=("select", "report", "all", "pack", "tables"))
     p.add_argument("--rate", type=float, default=0.4, help=f"the symmetric noise rate: {', '.join(map(str, GRIDS))}")
     p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs go to DIR/attribution/r<rate>/")
