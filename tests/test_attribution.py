@@ -105,7 +105,7 @@ def test_every_stage_end_to_end_on_tiny_files_and_the_tables_from_the_raw_data_a
 @pytest.mark.parametrize("argv,message", [
     (["report", "--rate", "0.5"], "--rate 0.5: the declared grids are for 0.4, 0.6"),
     (["report", "--rows", "cmdp,nope"], "--rows: unknown nope"),
-    (["select", "--rate", "0.6", "--published-choice"], "--published-choice goes with report --rate 0.4"),
+    (["select", "--rate", "0.6", "--published-choice"], "--published-choice goes with report or tables --rate 0.4"),
     (["report", "--jobs", "0"], "--jobs must be at least 1"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tools import demo
+from tools import demo, stats
 
 
 def fake_run(d, val, test, memorised=None, epochs=8, peers=2):
@@ -118,7 +118,7 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
     assert "| +1.40 [" in cmdp  # against all knowledge, paired on the same seeds
     every = next(line for line in table.splitlines() if line.startswith("| MyLC, all knowledge"))
     assert "**win**" not in every and "| 2/5 |" in every
-    m, (lo, hi) = demo.interval([1.0, 1.1, 1.2, 1.3, 1.4])
+    m, (lo, hi) = stats.interval([1.0, 1.1, 1.2, 1.3, 1.4])
     assert m == pytest.approx(1.2) and hi - m == pytest.approx(2.776 * math.sqrt(0.025) / math.sqrt(5), rel=1e-3)
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tools import paper_tables, plot, sweep
+from tools import paper_tables, plot, stats, sweep
 from training import config
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -104,7 +104,7 @@ def test_cells_are_mean_and_sample_std_over_the_asked_seeds(tmp_path):
     assert "| Zero | not run (paper 51.53) | not run (paper 50.06) | not run (paper 62.75) | " \
            "63.00 ± 3.61 (paper 65.04) |" in md
     assert "| 52.00 ± 2.83 (n=2) (paper 61.11) |" in md
-    assert sweep.mean_std([5.0]) == (5.0, None, 1)
+    assert stats.mean_std([5.0]) == (5.0, None, 1)
 
 
 def test_table1_verdict_compares_the_margin_with_the_spread(tmp_path):

@@ -5,14 +5,13 @@ knowledge, zero knowledge, a step-size control and Co-teaching, on the Fashion-M
     python -m tools.attribution report --rate 0.6 --out sweeps/fmnist --jobs 2   # 5 seeds at the choices
     python -m tools.attribution all --rate 0.6 --jobs 14 -- --device cuda --amp off  # both, on one GPU
     python -m tools.attribution select --rate 0.6 --dry-run    # the train.py commands, to run one row by hand
+    python -m tools.attribution report --rate 0.4 --published-choice --jobs 2   # 40% at the committed choices
     python -m tools.attribution pack --out sweeps/fmnist       # every run's numbers into docs/fmnist/runs.jsonl.gz
     python -m tools.attribution tables --rate 0.4 --from docs/fmnist/runs.jsonl.gz   # the tables from those alone
 
-The rows (ROWS), all MyLC unless named: zero knowledge; all knowledge (eta = 1); CMD-P at the selection's
-eta 2, b -5; `shuffled`, CMD-P's count of samples in each batch at random positions (--select shuffled: the same
-targets, chi and extra weight, without the choice); Co-teaching at tau = the true rate (40% only). The report adds
-zero knowledge at twice CMD-P's chosen lr (`step`: what CMD-P's larger step alone does) and CMD-P with
---peer-weight mean (`mean`: the same selection without the extra weight).
+ROWS, MyLC unless named: zero, all (eta 1), CMD-P (eta 2, b -5), `shuffled` (--select shuffled: CMD-P's count at
+random positions), Co-teaching (tau = the rate; 40%); the report adds `step` (zero knowledge at 2x CMD-P's lr)
+and `mean` (--peer-weight mean: CMD-P's selection without the extra weight).
 
 select -- each row on its lr grid (GRIDS) with the selection seeds, which are not reported; the choice is the best
           mean final-epoch validation accuracy, a diverged setting scoring -inf. EDGE RULE: a choice on the top or
@@ -25,7 +24,6 @@ report -- the rows at their choices on REPORT_SEEDS, with paired differences (PA
 import argparse
 import functools
 import glob
-import gzip
 import json
 import math
 import os
@@ -34,8 +32,9 @@ import shlex
 import sys
 import time
 
-from tools import demo
-from tools.sweep import diagnostics, mean_std, run_jobs
+from tools import demo, rawdata
+from tools.stats import fmt, mean_std, paired
+from tools.sweep import diagnostics, run_jobs
 
 LADDER = (0.0044, 0.00625, 0.0088, 0.0125, 0.0177, 0.025, 0.035, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8)
 EXTEND = 3  # at most this many sqrt(2) steps beyond a row's declared grid, each way
@@ -66,21 +65,17 @@ PAIRS = [("cmdp", "shuffled"), ("cmdp", "all"), ("cmdp", "zero"), ("shuffled", "
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def lr_name(lr):
-    return f"{lr:g}"
-
-
 def flags(row, rate, lr):
     """train.py's flags of a row at a noise rate and lr: the demonstration's regime (demo.BASE) at this rate."""
     base = [f"{rate:g}" if i and demo.BASE[i - 1] == "--rate" else v for i, v in enumerate(demo.BASE)]
-    return base + ROWS[row][1] + ["--lr", lr_name(lr)]  # later flags win: the clean row's --noise none --rate 0
+    return base + ROWS[row][1] + ["--lr", f"{lr:g}"]  # later flags win: the clean row's --noise none --rate 0
 
 
 def jobs_of(out, rate, stage, cells, data, extra):
     """train.py jobs for cells [(row, lr, seed)], in the stage's folder of this rate."""
     todo = []
     for row, lr, seed in cells:
-        name = f"{row}-lr{lr_name(lr)}-s{seed}"
+        name = f"{row}-lr{lr:g}-s{seed}"
         d = os.path.join(out, "attribution", f"r{rate:g}", stage, name)
         key = data + flags(row, rate, lr) + ["--seed", str(seed)]
         todo.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
@@ -99,45 +94,18 @@ def load_dir(out, rate):
                 prov = json.load(f).get("provenance")
             with open(os.path.join(d, "sweep.json")) as f:
                 key = json.load(f)
-            runs[os.path.relpath(d, os.path.join(out, "attribution", f"r{rate:g}"))] = dict(
-                rows=demo.rows_of(d) if os.path.exists(os.path.join(d, "metrics.jsonl")) else [], diverged=bad,
-                flags=key, provenance=prov, dir=d)
+            rows = demo.rows_of(d) if os.path.exists(os.path.join(d, "metrics.jsonl")) else []
+            runs[os.path.relpath(d, os.path.dirname(os.path.dirname(d)))] = dict(rows=rows, diverged=bad, flags=key,
+                                                                                 provenance=prov)
     return runs
 
 
-def load_pack(path, rate):
-    with gzip.open(path, "rt") as f:
-        lines = [json.loads(line) for line in f]
-    return {r["run"]: r for r in lines if r["rate"] == rate}
-
-
 def pack(out, path):
-    """Every finished or diverged run of every rate under out, one JSON line each: its flags, seed, device and
-    torch (config.json's provenance), every epoch's metrics, and whether it diverged; added to the runs path
-    already holds (a run of the same rate and name is replaced). Returns (runs added, runs in the file)."""
-    lines = {}
-    if os.path.exists(path):
-        with gzip.open(path, "rt") as f:
-            lines = {(r["rate"], r["run"]): r for r in map(json.loads, f)}
-    added = 0
-    for rate in GRIDS:
-        for name, run in load_dir(out, rate).items():
-            lines[rate, name] = dict(rate=rate, run=name, flags=run["flags"], diverged=run["diverged"],
-                                     provenance=run["provenance"], rows=run["rows"])
-            added += 1
-    with gzip.open(path, "wt") as f:
-        f.writelines(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines))
-    return added, len(lines)
-
-
-def provenance(runs):
-    """Where the runs ran: 'n on DEVICE, torch V' for each device and torch version among them."""
-    counts = {}
-    for r in runs.values():
-        p = r.get("provenance") or {}
-        key = (p.get("device_name") or p.get("device") or "?", p.get("torch", "?"))
-        counts[key] = counts.get(key, 0) + 1
-    return "; ".join(f"{n} on {d}, torch {t}" for (d, t), n in sorted(counts.items()))
+    """Every finished or diverged run of every rate under out into the raw data at path (rawdata.merge).
+    Returns (runs added, runs in the file)."""
+    lines = [dict(rate=rate, run=name, flags=run["flags"], diverged=run["diverged"], provenance=run["provenance"],
+                  rows=run["rows"]) for rate in GRIDS for name, run in load_dir(out, rate).items()]
+    return len(lines), rawdata.merge(path, lines)
 
 
 # ---------------------------------------------------------------- select
@@ -160,7 +128,7 @@ def val_scores(runs, rate, row, lr):
     if rate == 0.4 and (row, lr) in published():
         vals = published()[row, lr]
         return sum(vals) / len(vals), vals, "published"
-    got = [runs.get(f"select/{row}-lr{lr_name(lr)}-s{s}") for s in SELECT_SEEDS]
+    got = [runs.get(f"select/{row}-lr{lr:g}-s{s}") for s in SELECT_SEEDS]
     if any(r is None for r in got):
         return None, [], "to run"
     if any(r["diverged"] for r in got):
@@ -207,7 +175,7 @@ def choose(runs, rate):
 
 
 def best_epoch_val(runs, row, lr):
-    got = [runs.get(f"select/{row}-lr{lr_name(lr)}-s{s}") for s in SELECT_SEEDS]
+    got = [runs.get(f"select/{row}-lr{lr:g}-s{s}") for s in SELECT_SEEDS]
     if any(r is None or r["diverged"] for r in got):
         return -math.inf
     return sum(max(x["val_acc_mean"] for x in r["rows"]) for r in got) / len(got)
@@ -221,7 +189,7 @@ def select_table(runs, rate, choice):
             m, vals, where = val_scores(runs, rate, row, lr)
             c = choice.get(row, {})
             se = mean_std(vals)[1] / math.sqrt(len(vals)) if len(vals) > 1 else None
-            score = {None: "–", -math.inf: "diverged"}.get(m, demo.fmt(m, se))
+            score = {None: "–", -math.inf: "diverged"}.get(m, fmt(m, se))
             mark = ("**✓**" + (f" (on the {c['edge']} edge)" if c.get("edge") else "")) if c.get("lr") == lr else ""
             lines.append(f"| {ROWS[row][0]} | {lr:g} | {score} | {' '.join(f'{v:.2f}' for v in vals)} | {where} | "
                          f"{mark} |")
@@ -254,7 +222,7 @@ def report_runs(runs, rate, choice):
     """{row: {seed: metrics rows}} of the finished report runs."""
     got = {}
     for row, lr, s in report_cells(rate, choice):
-        r = runs.get(f"report/{row}-lr{lr_name(lr)}-s{s}")
+        r = runs.get(f"report/{row}-lr{lr:g}-s{s}")
         if r is not None and not r["diverged"]:
             got.setdefault(row, {})[s] = r["rows"]
     return got
@@ -271,12 +239,12 @@ def report_table(runs, rate, choice):
         diag = [] if row == "clean" else [diagnostics(rows) for rows in seeds.values()]
         dia = [mean_std([d[k] for d in diag if d[k] is not None] or [math.nan]) for k in
                ("memorized", "selected", "precision", "recall")]
-        lines.append(f"| {ROWS[row][0]} | {lrs[row]:g} | {demo.fmt(*acc[:2])} | {demo.fmt(*es[:2])} | " +
-                     " | ".join("–" if math.isnan(d[0]) else demo.fmt(*d[:2]) for d in dia) + f" | {len(seeds)} |")
+        lines.append(f"| {ROWS[row][0]} | {lrs[row]:g} | {fmt(*acc[:2])} | {fmt(*es[:2])} | " +
+                     " | ".join("–" if math.isnan(d[0]) else fmt(*d[:2]) for d in dia) + f" | {len(seeds)} |")
     lines += ["", "| paired difference of final test accuracy | mean [95% t-interval] | ahead |", "|---|---|---|"]
     for row, base in PAIRS:
         if row in got and base in got:
-            diff, ahead = demo.paired(got[row], got[base])
+            diff, ahead = paired(got[row], got[base])
             lines.append(f"| {ROWS[row][0]} − {ROWS[base][0]} | {diff} | {ahead} |")
     return lines
 
@@ -313,13 +281,13 @@ def run_cells(args, cells, stage, data, extra, log):
 
 
 def select(args, data, extra, log):
+    """Select, extending grids by the edge rule, until every row's choice stands; (choice, runs)."""
     while True:
         runs = load_dir(args.out, args.rate)
         choice, todo = choose(runs, args.rate)
-        if not todo or args.dry_run:
-            run_cells(args, [(row, lr, s) for row, lr in todo for s in SELECT_SEEDS], "select", data, extra, log)
-            return choice, runs
         run_cells(args, [(row, lr, s) for row, lr in todo for s in SELECT_SEEDS], "select", data, extra, log)
+        if not todo or args.dry_run:
+            return choice, runs
         if log:
             raise SystemExit(f"attribution: runs failed: {'; '.join(log)}")
 
@@ -327,17 +295,17 @@ def select(args, data, extra, log):
 def write(path, lines):
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"written: {path}")
+    print("\n".join(lines) + f"\nwritten: {path}")
 
 
-def render(runs, rate, choice, where, footer):
+def render(runs, rate, choice, where, footer, published=False):
+    """select.md (not at the published choices: that selection is docs/fmnist/select.md) and report.md."""
     pct = f"{100 * rate:g}%"
-    write(os.path.join(where, "select.md"), [
-        f"# Selection at {pct} symmetric noise, on the clean 10% validation split", "",
-        "Each row's choice: the best mean final-epoch validation accuracy over the selection seeds; the edge rule "
-        "(tools/attribution.py) extends a grid whose choice is on its edge.", ""] + select_table(runs, rate, choice)
-        + ["", footer])
+    if not published:
+        write(os.path.join(where, "select.md"), [
+            f"# Selection at {pct} symmetric noise, on the clean 10% validation split", "", "Each row's choice: the "
+            "best mean final-epoch validation accuracy over the selection seeds; the edge rule (tools/attribution.py)"
+            " extends a grid whose choice is on its edge.", ""] + select_table(runs, rate, choice) + ["", footer])
     if any(k.startswith("report/") for k in runs):
         lines, ok = preconditions(runs, rate, choice)
         write(os.path.join(where, "report.md"), [
@@ -376,28 +344,28 @@ def main(argv=None):
     rows = None if args.rows is None else args.rows.split(",")
     if rows is not None and set(rows) - set(ROWS):
         p.error(f"--rows: unknown {', '.join(sorted(set(rows) - set(ROWS)))}; choose from {', '.join(ROWS)}")
-    if args.published_choice and (args.rate != 0.4 or args.stage != "report"):
-        p.error("--published-choice goes with report --rate 0.4: the committed selection is at 40%")
+    if args.published_choice and (args.rate != 0.4 or args.stage not in ("report", "tables")):
+        p.error("--published-choice goes with report or tables --rate 0.4: the committed selection is at 40%")
     if args.rate not in GRIDS:
         p.error(f"--rate {args.rate:g}: the declared grids are for {', '.join(map(str, GRIDS))}")
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
+    command = shlex.join(["python", "-m", "tools.attribution", *argv])
     if args.stage == "pack":
         added, total = pack(args.out, args.pack)
         print(f"{added} runs of {args.out} added to {args.pack}, which holds {total}")
         return 0
     where = os.path.join(args.out, "attribution", f"r{args.rate:g}")
     if args.stage == "tables":
-        runs = load_pack(args.pack, args.rate)
-        choice, todo = choose(runs, args.rate)
+        runs = rawdata.read(args.pack, args.rate)
+        choice, todo = (published_choice(), []) if args.published_choice else choose(runs, args.rate)
         os.makedirs(where, exist_ok=True)
-        render(runs, args.rate, choice, where, f"Rendered from {args.pack} (`python -m tools.attribution tables "
-               f"--rate {args.rate:g} --out {args.out} --from {args.pack}`): {provenance(runs)}" +
-               (f"; {len(todo)} cells not run." if todo else "."))
+        render(runs, args.rate, choice, where, f"Rendered from {args.pack} (`{command}`): {rawdata.where(runs)}" +
+               (f"; {len(todo)} cells not run." if todo else "."), args.published_choice)
         return 0
     data = ["--dataset", "fashionmnist", "--data-dir", args.data_dir]
     extra = ["--workers", "0"] + extra
-    t0, log, command = time.time(), [], shlex.join(["python", "-m", "tools.attribution", *argv])
+    t0, log = time.time(), []
     if args.published_choice:  # 40% on a slow machine: the committed selection's choices, no new selection
         choice, runs = published_choice(), load_dir(args.out, args.rate)
     else:
@@ -415,7 +383,7 @@ def main(argv=None):
     with open(os.path.join(where, "choice.json"), "w") as f:
         json.dump(dict(choice, command=command), f, indent=1)
     render(runs, args.rate, choice, where, f"`{command}`: {time.time() - t0:.0f} s this invocation; "
-                                           f"{provenance(runs)}.")
+                                           f"{rawdata.where(runs)}.", args.published_choice)
     if log:
         print(f"attribution: {len(log)} runs failed: {'; '.join(log)}", file=sys.stderr)
     return 1 if log else 0

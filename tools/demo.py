@@ -29,7 +29,8 @@ import shlex
 import sys
 import time
 
-from tools.sweep import mean_std, run_diagnostics, run_jobs
+from tools.stats import fmt, mean_std, paired
+from tools.sweep import run_diagnostics, run_jobs
 from training import config
 
 DATA = ["--dataset", "fashionmnist", "--data-dir", "/usr/share/datasets/fashion-mnist"]
@@ -85,7 +86,6 @@ KNOBS = {"coteach-oracle": None, "coteach": ("--forget-rate", (0.3, 0.4, 0.5)),
 PRECONDITIONS = ("harm: zero knowledge's final test accuracy >= 5 points below clean labels; memorisation happens: "
                  ">= 30% of the noisy labels memorised at the end; memorisation is slow: < 25% memorised at a "
                  "quarter of the run, and memorisation first reaches half its final value after a third of it")
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # t_{0.975, df}
 
 
 def setting_flags(row, lr, eta, b, knob=None):
@@ -292,35 +292,10 @@ def report_jobs(out, choice, seeds, extra):
             for s in seeds for row, c in choice.items()]
 
 
-def interval(diffs):
-    """Mean of paired differences and its 95% t-interval (None for one seed)."""
-    m, s, n = mean_std(diffs)
-    if s is None:
-        return m, None
-    half = T975.get(n - 1, 1.96) * s / math.sqrt(n)
-    return m, (m - half, m + half)
-
-
-def paired(runs, base):
-    """(the mean per-seed difference of final test accuracy with its 95% t-interval, "ahead in k/n") of a row's
-    runs {seed: metrics rows} against another row's on the same seeds; a **win** when the interval is above 0."""
-    if not base:
-        return "–", "–"
-    pairs = [runs[s][-1]["test_acc_mean"] - base[s][-1]["test_acc_mean"] for s in runs if s in base]
-    m, ci = interval(pairs)
-    win = ci is not None and ci[0] > 0
-    return (f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") + (" **win**" if win else ""),
-            f"{sum(p > 0 for p in pairs)}/{len(pairs)}")
-
-
 def early_stopped(rows):
     """Test accuracy at the epoch with the best validation accuracy (the first such epoch)."""
     best = max(range(len(rows)), key=lambda i: (rows[i]["val_acc_mean"], -i))
     return rows[best]["test_acc_mean"]
-
-
-def fmt(m, s, form="{:.2f}"):
-    return form.format(m) + ("" if s is None else " ± " + form.format(s))
 
 
 def report_table(out, choice, seeds):

@@ -38,6 +38,7 @@ import time
 import warnings
 
 from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
+from tools.stats import mean_std
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
@@ -109,13 +110,6 @@ def start(i, job, env):
 
 
 # ---------------------------------------------------------------- tables
-def mean_std(values):
-    """(mean, sample std with ddof=1, n); std is None for one value."""
-    n = len(values)
-    m = sum(values) / n
-    return m, (math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else None), n
-
-
 def finished_runs(t, row, col, scale, seeds, sweep_dir):
     """The run folders of one cell whose summary.json exists and that ran with this scale's flags."""
     flags = cell_flags(t, row, col, scale)
