@@ -67,8 +67,9 @@ def _per_sample(logits, labels):
     return logp, F.nll_loss(logp, labels, reduction="none")
 
 
-def _kl(logp_p, logp_q):
-    """KL(p || q) = sum_k p_k (log p_k - log q_k) per row (N,); gradient flows into whichever side carries it."""
+def _kl_both(logp_p, logp_q):
+    """KL(p || q) = sum_k p_k (log p_k - log q_k) per row (N,); gradient flows into both sides, as JoCoR's
+    joint loss needs (losses.py's _kl holds its teacher constant, hence another name)."""
     return (logp_p.exp() * (logp_p - logp_q)).sum(-1)
 
 
@@ -178,10 +179,10 @@ def jocor(logits_a, logits_b, labels, keep, lam):
     logp_a, ce_a = _per_sample(logits_a, labels)
     logp_b, ce_b = _per_sample(logits_b, labels)
     with torch.no_grad():
-        joint = (1 - lam) * (ce_a + ce_b) + lam * (_kl(logp_a, logp_b) + _kl(logp_b, logp_a))  # (N,) l(x_i)
+        joint = (1 - lam) * (ce_a + ce_b) + lam * (_kl_both(logp_a, logp_b) + _kl_both(logp_b, logp_a))  # (N,) l(x_i)
     sel = small_loss(joint, k)  # D~
     peer_a, peer_b = logp_a.detach(), logp_b.detach()
-    share_a = (1 - lam) * ce_a + lam * (_kl(logp_a, peer_b) + _kl(peer_b, logp_a))  # the terms A's parameters move
-    share_b = (1 - lam) * ce_b + lam * (_kl(logp_b, peer_a) + _kl(peer_a, logp_b))
+    share_a = (1 - lam) * ce_a + lam * (_kl_both(logp_a, peer_b) + _kl_both(peer_b, logp_a))  # the terms A's parameters move
+    share_b = (1 - lam) * ce_b + lam * (_kl_both(logp_b, peer_a) + _kl_both(peer_a, logp_b))
     loss_a, loss_b = (sel * share_a).sum() / k, (sel * share_b).sum() / k
     return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}

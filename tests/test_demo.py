@@ -133,7 +133,10 @@ def test_the_readmes_fashion_mnist_numbers_are_the_reports():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     readme = open(os.path.join(here, "README.md")).read()
     section = readme[readme.index("## What the project has shown"):readme.index("## Layout")]
-    report = open(os.path.join(here, "docs", "fmnist", "report.md")).read().replace("-", "−")  # the README prints −
+    reports = [os.path.join("docs", "fmnist", "report.md")] + [os.path.join("docs", "fmnist", "attribution", r, "report.md")
+                                                               for r in ("r0.4", "r0.6")]
+    report = "".join(open(os.path.join(here, r)).read() for r in reports if os.path.exists(os.path.join(here, r)))
+    report = report.replace("-", "−")  # the README prints −
     quoted = re.findall(r"\d+\.\d\d ± \d\.\d\d", section) + re.findall(r"\[[+−]\d\.\d\d, [+−]\d\.\d\d\]", section)
     assert len(quoted) >= 8
     for q in quoted:
