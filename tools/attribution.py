@@ -252,7 +252,7 @@ def report_table(runs, rate, choice):
 def preconditions(runs, rate, choice):
     got = report_runs(runs, rate, choice)
     if "zero" not in got or "clean" not in got:
-        return ["(zero knowledge's or the clean reference's report runs have not finished)"], False
+        return ["(zero knowledge's or the clean reference's report runs are not among these runs)"], None
     label = f"MyLC, zero knowledge at lr {choice['zero']['lr']:g}"
     return demo.preconditions_of({label: list(got["zero"].values())}, list(got["clean"].values()))
 
@@ -315,7 +315,7 @@ def render(runs, rate, choice, where, footer, published=False):
             "the test accuracy at each run's best validation epoch. Diagnostics: means over epochs and the two "
             "directions (memorised: the last epoch).", ""] + report_table(runs, rate, choice) +
             ["", "Preconditions on zero knowledge at its chosen lr: " + demo.PRECONDITIONS + "."] + lines +
-            [f"All hold: {'yes' if ok else 'no'}.", "", footer])
+            [f"All hold: {({True: 'yes', False: 'no'}).get(ok, 'not known')}.", "", footer])
 
 
 class Parser(argparse.ArgumentParser):
