@@ -204,9 +204,17 @@ def test_resume_of_finished_epochs_whose_checkpoint_is_gone_is_refused(finished_
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
-def test_an_out_the_system_will_not_create_is_one_line(capsys):
-    # /proc passes the permission check (for root in particular), then refuses the mkdir
+def test_an_out_the_system_will_not_create_is_one_line_before_the_data_is_read(capsys, monkeypatch):
+    # /proc passes the permission check (for root in particular), then refuses the mkdir: that is tried first
+    def too_late(*args, **kwargs):
+        raise AssertionError("the data was read before --out was checked")
+    monkeypatch.setattr(train.datasets, "load_dataset", too_late)
     assert "--out /proc/cmd-run cannot be created" in refused(capsys, RUN + ["--out", "/proc/cmd-run"])
+
+
+def test_the_out_check_leaves_nothing_behind(tmp_path):
+    train.main(RUN + ["--out", str(tmp_path / "run")])
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # the trial directory of rundir._writable_ancestor is gone
 
 
 def test_resume_of_a_path_that_holds_no_run_is_refused(tmp_path, capsys):

@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import NamedTuple
@@ -116,6 +117,10 @@ def _writable_ancestor(out):
         return f"--out {out} cannot be created: {parent} is a file; choose another --out"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"--out {out}: no permission to write in {parent}; choose another --out"
+    try:  # /proc or a read-only file system pass access() (for root in particular) and refuse the mkdir: try one
+        os.rmdir(tempfile.mkdtemp(prefix=".cmd-out-check-", dir=parent))  # now, before the data is read
+    except OSError as e:
+        return f"--out {out} cannot be created: {e.strerror or e}; choose another --out"
     return None
 
 
