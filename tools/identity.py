@@ -4,9 +4,10 @@
     python -m tools.identity --repo /tmp/before --json before.json --compare after.json
 
 Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every mode x lc, mkd,
-kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair, GCE, Co-teaching, Co-teaching+, JoCoR). The digest of a run is the
-SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every number
-bit-identical keeps every digest. --compare prints the configurations whose digests differ.
+kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair, GCE, Co-teaching, Co-teaching+
+with and without its initial epoch, JoCoR, and the shuffled-selection and peer-mean controls). The digest of a
+run is the SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every
+number bit-identical keeps every digest. --compare prints the configurations whose digests differ.
 """
 import argparse
 import hashlib
@@ -31,6 +32,10 @@ CONFIGS.update({
     "cnn+resnet18": ["--mode", "progressive", "--arch", "cnn,resnet18"],
     "zero-gce": ["--mode", "zero", "--lc", "gce"], "progressive-gce": ["--mode", "progressive", "--lc", "gce"],
     "coteach": ["--mode", "coteach"], "coteach+": ["--mode", "coteach+"], "jocor": ["--mode", "jocor"],
+    "coteach+init1": ["--mode", "coteach+", "--coteach-plus-init", "1", "--forget-rate", "0.6"],
+    "shuffled": ["--mode", "progressive", "--select", "shuffled"],
+    "cohort3-shuffled": ["--mode", "progressive", "--select", "shuffled", "--peers", "3"],
+    "mean": ["--mode", "progressive", "--peer-weight", "mean"],
 })
 
 
