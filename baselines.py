@@ -7,6 +7,8 @@ coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's sma
 coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
 jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
                       samples where it is small
+schedule           -- R(t), Co-teaching+'s disagreement rule and its step rule at a point of training
+objective          -- the three in mutual.OBJECTIVES' form: the mode's losses from the logits and the clock
 
 Each method function takes the two networks' logits on one mini-batch, (N, K) each, and the given labels
 (N,), and returns ((loss_a, loss_b), taught): loss_a is a scalar that trains only network A, loss_b only B,
@@ -23,8 +25,13 @@ four selections of 32, not one of 128.
 Where the authors' code departs from their papers (docs/training.md, "Comparators"), we follow the papers
 except where noted in a function's docstring.
 """
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
+
+from label_correction import one_hot
+from losses import Objective, log_probs
 
 # Co-teaching+'s code updates both networks on the whole batch with plain CE when they agree on every
 # sample and step < 5000 (coteach_plus_early).
@@ -186,3 +193,32 @@ def jocor(logits_a, logits_b, labels, keep, lam):
     share_b = (1 - lam) * ce_b + lam * (_kl_both(logp_b, peer_a) + _kl_both(peer_a, logp_b))
     loss_a, loss_b = (sel * share_a).sum() / k, (sel * share_b).sum() / k
     return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
+
+
+class Schedule(NamedTuple):
+    keep: float     # R(t), the fraction of a batch kept
+    disagree: bool  # Co-teaching+ is past its initial epochs: it keeps only its disagreements
+    early: bool     # Co-teaching+'s step rule for a batch without disagreement (coteach_plus_early)
+
+
+def schedule(method, clock):
+    """What varies with time for the small-loss methods, at clock (mutual.Clock): R(t), stepped once an epoch
+    as the authors' code does; whether Co-teaching+ is past method.coteach_plus_init epochs; its step rule."""
+    return Schedule(remember_rate(clock.epoch, method.forget_rate, method.num_gradual),
+                    method.mode == "coteach+" and clock.epoch >= method.coteach_plus_init,
+                    coteach_plus_early(clock.epoch, clock.step))
+
+
+def objective(z, y, method, chi, r, clock, keys=None):
+    """Co-teaching, Co-teaching+ or JoCoR (method.mode) as a training objective (mutual.OBJECTIVES): z, the pair's
+    logits, (N, K) each; y: (N,) given labels; clock: a mutual.Clock. chi, r and keys are unused (one signature
+    for every objective). Returns a losses.Objective whose q_tilde is the given label, what these methods teach,
+    so a selection's precision is its label precision."""
+    if len(z) != 2:
+        raise ValueError(f"mode {method.mode} trains a pair, not {len(z)} models")
+    keep, disagree, early = schedule(method, clock)
+    losses, taught = (coteaching(*z, y, keep) if method.mode == "coteach" else
+                      coteaching_plus(*z, y, keep, disagree, early) if method.mode == "coteach+" else
+                      jocor(*z, y, keep, method.jocor_lambda))
+    h = [log_probs(z_k)[1] for z_k in z]  # (N,) H(p) of each network, for the diagnostics
+    return Objective(list(losses), taught, [one_hot(y, z[0].shape[-1])] * 2, h)

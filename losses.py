@@ -11,6 +11,7 @@ mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowl
 dml_loss           -- Eq. 2 for a cohort of M >= 2 models (DML's own form)
 kdcl_loss          -- KDCL-MinLogit (Guo et al. 2020), the ensemble-teacher baseline of Table 4
 kdcl_cohort_loss   -- KDCL for M >= 2 students
+Objective          -- what a training mode's objective returns (mutual.OBJECTIVES)
 
 The appendix's own code (CMDWithLoss) is transcribed in appendix_code.py, as a
 test oracle.
@@ -21,6 +22,7 @@ All entropies and log-probabilities are in nats and computed in float32, also
 under bf16/fp16 autocast.
 """
 import functools
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -193,3 +195,11 @@ def kdcl_cohort_loss(logits, labels, T=2.0, lam=1.0):
         kl = _kl(logp_t, F.log_softmax(z / T, dim=-1)).mean()
         losses.append(F.cross_entropy(z, labels) + lam * T * T * kl)
     return losses
+
+
+class Objective(NamedTuple):
+    """What a training mode's objective (mutual.OBJECTIVES) returns for M models on one batch of N samples."""
+    losses: list   # M scalars: losses[k] trains model k only (L_A and L_B of Eqs. 5-6 for CMD)
+    taught: dict   # (j, k) -> (N,) float 0/1: the samples on which model j taught model k
+    q_tilde: list  # M x (N, K): what each model teaches (its corrected target; the given label for Co-teaching)
+    h: list        # M x (N,): H(p) of each model, without gradient

@@ -1,24 +1,29 @@
 """The CMD method (paper §3): two models that each correct their own labels and distil their confident knowledge.
 
-Method      -- the method's hyperparameters (mode, lc, eta, b, each label correction's and comparator's constants):
-               the one source of their defaults and of train.py's flags for them
-MODES, LCS  -- the knowledge modes (and the comparators of baselines.py) and the self label corrections
-SMALL_LOSS  -- the modes that are baselines.py's small-loss methods: Co-teaching, Co-teaching+, JoCoR
-targets     -- q_tilde, one model's own target (label_correction.py)
-self_loss   -- L_selfKD of Eqs. 5-6 for one model
-NAMES, sum_names -- the models' names (a, b, c, ...) and the named sums mutual_step adds up on the device
-entropy_histogram -- counts of H(p) per model, for samples with clean and with noisy given labels
-mutual_step -- one training step of A and B (or of a cohort), in the order of §3; for the SMALL_LOSS modes, one
-               step of that method (baselines.py)
-
 One step, for a batch x with given (possibly noisy) labels q:
   p_A, p_B        = the two models' predictions on x
   q~_A, q~_B      = each model's corrected target (LS, CP, Boot-soft, ProSelfLC, MyLC, ...)
   L_B2A, L_A2B    = Eqs. 3-4: H(q~_B, p_A) where H(p_B) < chi, and mirrored
   L_A, L_B        = Eqs. 5-6: L_A = L_selfKD(A) + L_B2A, L_B = L_selfKD(B) + L_A2B
   then one backward pass of L_A + L_B and one SGD step per model.
-chi comes from Eq. 7 (schedule.py): Method.chi gives it at a point of training; the SMALL_LOSS modes'
-R(t) likewise comes from Method.remember, once an epoch.
+chi comes from Eq. 7 (schedule.py) at the step's Clock: Method.chi. Zero knowledge (chi = 0) and all
+knowledge (chi >= ln K) are the same objective.
+
+cmd_objective    -- the step's losses in the order above, for the modes zero, all, static, progressive
+targets          -- q~, one model's own target (label_correction.py)
+self_loss        -- L_selfKD of Eqs. 5-6 for one model
+all_knowledge_objective -- the baselines of Table 4: MKD (Eq. 2) and KDCL
+mutual_step      -- one training step: forward, the mode's objective (OBJECTIVES), backward, the sums
+Clock            -- where training is: the epoch, the step, the steps per epoch, Γ, the seed
+step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's diagnostics
+shuffle_keys     -- the draws of the shuffled-selection control (--select shuffled)
+Method           -- the method's hyperparameters: the one source of their defaults and of train.py's flags
+MODES, THRESHOLDS, LCS, OBJECTIVES -- the training modes, Eq. 7's (eta, b) per CMD mode, the label
+                    corrections, and each mode's objective (the comparators' is baselines.objective)
+
+Every objective is a pure function of tensors with one signature, objective(z, y, method, chi, r, clock,
+keys), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
+objective over runs that differ in them (tools/batched.py).
 
 A cohort of M > 2 models (beyond the paper, as Deep Mutual Learning trains cohorts) applies Eqs. 3-4 to
 every pair, and model k's objective averages what its peers teach it:
@@ -29,116 +34,42 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
-from baselines import coteaching, coteaching_plus, jocor, remember_rate
+import baselines
 from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
-from losses import cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
+from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
 from schedule import chi as chi_schedule
 
-# (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
-# larger eta and a smaller b do better, so CMD-S takes Table 5's best, eta = 4, and CMD-P lets chi fall
-# (b = -5) from 1.85x to 0.15x that static value. all: eta = 1 is Table 5's "H(u)" row, which equals
-# Table 1's "All" column. zero: eta = inf gives chi = 0. mkd and kdcl are the baselines of Table 4,
-# which distil everything by their own losses and have no threshold. coteach, coteach+ and jocor are the
-# small-loss methods of Table 3 and §2.2 (baselines.py), which select samples by their loss, not by chi.
-MODES = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "progressive": (4.0, -5.0),
-         "mkd": (None, None), "kdcl": (None, None), "coteach": (None, None), "coteach+": (None, None),
-         "jocor": (None, None)}
-SMALL_LOSS = ("coteach", "coteach+", "jocor")  # pair-only; they train on the given labels with R(t) of baselines.py
-LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd", "gce")
-CMD_MODES = ("zero", "all", "static", "progressive")  # the modes of Eqs. 3-7, where --select and --peer-weight apply
-SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
-OWN_LOSS_LCS = ("cp", "tfkd", "gce")  # their L_selfKD is a loss of its own, not H(q~, p): no --peer-weight mean
-ENTROPY_BINS = 40  # equal bins of H(p) over [0, ln K] for entropy_histogram
 
+def cmd_objective(z, y, method, chi, r, clock, keys=None):
+    """§3 on one batch: the losses L_A, L_B of Eqs. 5-6 (L_k of every model of a cohort).
 
-ALIASES = {"cmd-s": "static", "cmd-p": "progressive",  # the paper's names of the modes
-           "co-teaching": "coteach", "co-teaching+": "coteach+"}  # and the comparators' papers' names
-
-
-def knob(default, help, check=None):
-    """A field of Method: its default, its flag's help text (the paper's symbol first), and the values it
-    may take as (test, what it must be). training/config.py makes every field a flag from these."""
-    return field(default=default, metadata=dict(help=help, check=check))
-
-
-def unit(v):
-    return 0 <= v <= 1
-
-
-def positive(v):
-    return 0 < v < math.inf
-
-
-@dataclass(frozen=True)
-class Method:
-    """What the paper's method is made of; train.py builds one from its flags. Defaults: CMD-P + MyLC.
-
-    Each field is also train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
+    z: M x (N, K) logits; y: (N,) given labels; chi: Eq. 7 now, a float or a 0-dim tensor; r: M x MyLC's
+    confidence (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ); keys: shuffle_keys' draws, used
+    when method.select is shuffled. Returns Objective(losses, taught, q_tilde, h).
     """
-    mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
-                                    "progressive = CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = "
-                                    "KDCL-MinLogit; coteach = Co-teaching, coteach+ = Co-teaching+, jocor = JoCoR "
-                                    "(baselines.py, pairs only, on the given labels). The papers' names cmd-s, "
-                                    "cmd-p, co-teaching and co-teaching+ are accepted, in any case")
-    lc: str = knob("mylc", "self label correction q~ of each model")
-    eta: float | None = knob(MODES["progressive"][0], "η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero "
-                                                       "knowledge, (0, 1] with b = 0: all")
-    b: float | None = knob(MODES["progressive"][1], "b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls",
-                           (math.isfinite, "a finite number"))
-    select: str = knob("confident", "which samples each model teaches its peer: confident = where H(p_j) < χ "
-                                    "(Eqs. 3-4); shuffled = as many in each batch, drawn at random (a control "
-                                    "that keeps the count, the targets and χ, and drops the choice)",
-                       (lambda v: v in SELECTS, " or ".join(SELECTS)))
-    peer_weight: str = knob("sum", "sum: L_A = L_selfKD(A) + L_B2A (Eqs. 5-6); mean: a taught sample's loss is "
-                                   "the mean of its own and its peer's term, so distilling changes its target, "
-                                   "never its weight (a control; pairs, and targets q~ only)",
-                            (lambda v: v in PEER_WEIGHTS, " or ".join(PEER_WEIGHTS)))
-    ls_eps: float = knob(0.25, "LS ε in q~ = (1 - ε) q + ε u", (unit, "in [0, 1]"))
-    cp_beta: float = knob(0.25, "CP β in H(q, p) - β H(p)", (lambda v: 0 <= v < math.inf, "at least 0"))
-    bootsoft_eps: float = knob(0.25, "Boot-soft ε in q~ = (1 - ε) q + ε p", (unit, "in [0, 1]"))
-    proselflc_b: float = knob(6.0, "ProSelfLC slope B of ε = s(t/Γ - transit, B) l(p)", (math.isfinite, "a finite number"))
-    proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
-    mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
-    mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
-    tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
-                         (lambda v: 0 < v < 1, "in (0, 1)"))
-    tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
-    tfkd_alpha: float = knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]"))
-    tfkd_multiplier: float = knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
-                                  (math.isfinite, "a finite number"))
-    mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
-    kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
-    kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
-    gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
-                        (lambda v: 0 < v <= 1, "in (0, 1]"))
-    forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
-                                           "jocor (default: --rate with --noise sym/pair, as the authors' code "
-                                           "sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
-    num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
-                            (lambda v: v >= 1, "at least 1"))
-    coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
-                                     "authors' code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their "
-                                     "init_epoch 5 and 20 with epochs counted from 1)",
-                                  (lambda v: v >= 0, "at least 0"))
-    jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
-                                     "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
-
-    def chi(self, t, total, num_classes):
-        """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd, kdcl and SMALL_LOSS, which have no threshold."""
-        return None if self.eta is None else chi_schedule(t, total, num_classes, self.eta, self.b)
-
-    def remember(self, epoch):
-        """R(t) of the SMALL_LOSS modes in the (0-based) epoch, once an epoch (baselines.remember_rate); None for
-        the others."""
-        return remember_rate(epoch, self.forget_rate, self.num_gradual) if self.mode in SMALL_LOSS else None
-
-    def disagrees(self, epoch):
-        """Whether Co-teaching+ keeps only its disagreements in the (0-based) epoch: after coteach_plus_init."""
-        return self.mode == "coteach+" and epoch >= self.coteach_plus_init
+    m = len(z)
+    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
+    p = [logp_k.detach().exp() for logp_k in logp]
+    q = one_hot(y, z[0].shape[-1])                    # (N, K) given labels
+    q_tilde = [targets(method, q, p[k], h[k], r[k], clock.progress) for k in range(m)]  # (N, K) each, no gradient
+    taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
+    for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):  # the pair (A, B); every pair of a cohort
+        positions = None if method.select == "confident" else keys[i]  # the shuffled control's draws
+        loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
+            logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi, keys=positions)  # Eqs. 3-4
+        distilled[a].append(loss_b2a)
+        distilled[b].append(loss_a2b)
+    if method.peer_weight == "mean":  # the control: a taught sample's two terms averaged, not added (a pair)
+        losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
+                            taught[1 - k, k]) for k in range(2)]
+    else:  # Eqs. 5-6: L_A = L_selfKD(A) + L_B2A; in a cohort, plus the mean of what the peers teach
+        losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
+    return Objective(losses, taught, q_tilde, list(h))
 
 
 def targets(method, q, p, h, r, progress):
@@ -175,7 +106,92 @@ def self_loss(method, logits, logp, q, q_tilde, y):
     return soft_cross_entropy(q_tilde, logp).mean()
 
 
+def all_knowledge_objective(z, y, method, chi, r, clock, keys=None):
+    """The baselines of Table 4: every model learns all of its peers' predictions, by Deep Mutual Learning's
+    loss (mode mkd, Eq. 2) or KDCL-MinLogit's (mode kdcl). chi, r, clock and keys are unused (one signature
+    for every objective). Returns Objective(losses, taught = every sample, q_tilde = the predictions, h)."""
+    m = len(z)
+    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
+    losses = (dml_loss(z, one_hot(y, z[0].shape[-1]), method.mkd_eps) if method.mode == "mkd" else
+              kdcl_cohort_loss(z, y, method.kdcl_t, method.kdcl_lambda))
+    taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
+    return Objective(losses, taught, [logp_k.detach().exp() for logp_k in logp], list(h))
+
+
+class Clock(NamedTuple):
+    """Where training is, for everything that moves with time: Eq. 7's chi, ProSelfLC's t/Γ, the comparators'
+    R(t) (baselines.schedule) and the shuffled control's draws."""
+    epoch: int   # 0-based
+    step: int    # the batch's index within the epoch
+    steps: int   # batches per epoch
+    epochs: int  # Γ
+    seed: int    # the run's --seed
+
+    @property
+    def t(self):
+        """Training progress in epochs, fractional: Eq. 7's and ProSelfLC's t."""
+        return self.epoch + self.step / self.steps
+
+    @property
+    def progress(self):
+        """t/Γ."""
+        return self.t / self.epochs
+
+
+class Precision(NamedTuple):
+    """How a step computes: torch.autocast's arguments and a GradScaler (enabled for fp16 only)."""
+    autocast: dict
+    scaler: torch.amp.GradScaler
+
+
+def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
+    """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the mode's objective, backward.
+
+    nets, opts: the models and their optimisers. batch: (x, y, y_clean), y the given labels and y_clean the
+    clean ones (the given ones when unknown), used only for the sums. chi: Eq. 7 now (None for mkd, kdcl and
+    SMALL_LOSS); r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a
+    Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
+    ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device.
+    """
+    x, y, y_clean = batch
+    with torch.autocast(**precision.autocast):
+        z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
+    keys = (shuffle_keys(clock.seed, clock.epoch, clock.step, len(nets), len(y), y.device)
+            if method.select == "shuffled" else None)
+    out = OBJECTIVES[method.mode](z, y, method, chi, r, clock, keys)
+    total = sum(out.losses[1:], out.losses[0])        # L_A + L_B
+    for o in opts:
+        o.zero_grad(set_to_none=True)
+    precision.scaler.scale(total).backward()
+    for o in opts:
+        precision.scaler.step(o)
+    precision.scaler.update()
+    with torch.no_grad():
+        sums = step_sums(z, y, y_clean, total, out)
+        return sums, entropy_histogram(torch.stack(out.h), (y != y_clean).float(), z[0].shape[-1])
+
+
+def step_sums(z, y, y_clean, total, out):
+    """The step's sums, in sum_names' order, as one tensor. z: M x (N, K) logits; y, y_clean: (N,) given and
+    clean labels; total: the summed loss; out: the objective's Objective. A pure function of tensors (it
+    vmaps over runs)."""
+    n = torch.ones_like(out.h[0]).sum()  # N as a device scalar, without a host copy
+    noisy = (y != y_clean).float()  # (N,)
+    sums = dict(samples=n, noisy=noisy.sum(), nonfinite=(~torch.isfinite(total)).float())
+    for k, model in enumerate(NAMES[:len(z)]):
+        sums[f"loss_{model}"] = out.losses[k].detach() * n
+        sums[f"memorized_{model}"] = (noisy * (z[k].argmax(-1) == y)).sum()
+        sums[f"entropy_{model}"] = out.h[k].sum()
+    for (j, k), mask in out.taught.items():
+        pair = f"{NAMES[j]}2{NAMES[k]}"
+        sums[f"selected_{pair}"] = mask.sum()
+        sums[f"clean_{pair}"] = (mask * (out.q_tilde[j].argmax(-1) == y_clean)).sum()
+        sums[f"clean_label_{pair}"] = (mask * (1 - noisy)).sum()
+    return torch.stack([sums[name] for name in sum_names(len(z))])
+
+
 NAMES = "abcdefghijklmnopqrstuvwxyz"  # model A is "a", B is "b", and so on for a cohort
+ENTROPY_BINS = 40  # equal bins of H(p) over [0, ln K] for entropy_histogram
 
 
 @functools.cache  # called every step
@@ -227,75 +243,101 @@ def shuffle_keys(seed, epoch, step, m, n, device):
     return torch.rand(m * (m - 1) // 2, 2, n, generator=g, device=device)
 
 
-def mutual_step(nets, opts, x, y, y_clean, *, method, chi, progress, r, autocast, scaler, keep=None, disagree=False,
-                early=False, keys=None):
-    """One training step of A and B (nets[0], nets[1]; or of a cohort) on the batch x, in the order of §3.
+# ---------------------------------------------------------------- the flags of the method
 
-    nets, opts: the models and their optimisers. x: (N, C, H, W). y: (N,) given labels;
-    y_clean: (N,) clean labels (the given ones when unknown), used only for the sums.
-    chi: Eq. 7's threshold now (None for mkd/kdcl and SMALL_LOSS); progress: t/Γ; r: MyLC's confidence of
-    each model (0-dim device tensors). autocast: torch.autocast's arguments; scaler: a
-    GradScaler (enabled for fp16 only).
-    The SMALL_LOSS modes (a pair; baselines.py) take what varies with time from the caller, as chi:
-    keep: R(t) now (Method.remember); disagree: Co-teaching+ past its initial epochs (Method.disagrees);
-    early: Co-teaching+'s step rule for a batch without disagreement (baselines.coteach_plus_early).
-    keys: shuffle_keys' draws when method.select is shuffled, else None.
-    Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the
-    (M, 2, ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the
-    device: chi, progress, keep, disagree and early are Python numbers, r and the sums stay on the device.
+# (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
+# larger eta and a smaller b do better, so CMD-S takes Table 5's best, eta = 4, and CMD-P lets chi fall
+# (b = -5) from 1.85x to 0.15x that static value. all: eta = 1 is Table 5's "H(u)" row, which equals
+# Table 1's "All" column. zero: eta = inf gives chi = 0.
+THRESHOLDS = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "progressive": (4.0, -5.0)}
+CMD_MODES = tuple(THRESHOLDS)  # the modes of Eqs. 3-7, where --select and --peer-weight apply
+# mkd and kdcl are the baselines of Table 4, which distil everything by their own losses and have no threshold;
+# coteach, coteach+ and jocor are the small-loss methods of Table 3 and Sec. 2.2 (baselines.py), which select
+# samples by their loss, not by chi: pair-only, on the given labels, with R(t) of baselines.py.
+SMALL_LOSS = ("coteach", "coteach+", "jocor")
+MODES = (*CMD_MODES, "mkd", "kdcl", *SMALL_LOSS)
+LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd", "gce")
+SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
+OWN_LOSS_LCS = ("cp", "tfkd", "gce")  # their L_selfKD is a loss of its own, not H(q~, p): no --peer-weight mean
+
+
+ALIASES = {"cmd-s": "static", "cmd-p": "progressive",  # the paper's names of the modes
+           "co-teaching": "coteach", "co-teaching+": "coteach+"}  # and the comparators' papers' names
+
+
+def knob(default, help, check=None):
+    """A field of Method: its default, its flag's help text (the paper's symbol first), and the values it
+    may take as (test, what it must be). training/config.py makes every field a flag from these."""
+    return field(default=default, metadata=dict(help=help, check=check))
+
+
+def unit(v):
+    return 0 <= v <= 1
+
+
+def positive(v):
+    return 0 < v < math.inf
+
+
+@dataclass(frozen=True)
+class Method:
+    """What the paper's method is made of; train.py builds one from its flags. Defaults: CMD-P + MyLC.
+
+    Each field is also train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
     """
-    m = len(nets)
-    with torch.autocast(**autocast):
-        z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
-    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
-    p = [logp_k.detach().exp() for logp_k in logp]
-    q = one_hot(y, z[0].shape[-1])                    # (N, K) given labels
-    taught = {}                                       # (j, k) -> (N,) 0/1: the samples on which j taught k
-    if method.mode in SMALL_LOSS:  # Co-teaching, Co-teaching+, JoCoR: the given label, where the loss is small
-        if m != 2 or keep is None:
-            raise ValueError(f"mode {method.mode} trains a pair (got {m} models) and needs keep=R(t) (got {keep})")
-        losses, taught = (coteaching(*z, y, keep) if method.mode == "coteach" else
-                          coteaching_plus(*z, y, keep, disagree, early) if method.mode == "coteach+" else
-                          jocor(*z, y, keep, method.jocor_lambda))
-        q_tilde = [q] * m  # what they teach: the given label, so precision is the selection's label precision
-    elif method.mode in ("mkd", "kdcl"):  # the baselines: each model learns all of its peers' predictions
-        losses = (dml_loss(z, q, method.mkd_eps) if method.mode == "mkd" else
-                  kdcl_cohort_loss(z, y, method.kdcl_t, method.kdcl_lambda))
-        q_tilde = p
-        taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
-    else:
-        q_tilde = [targets(method, q, p[k], h[k], r[k], progress) for k in range(m)]  # (N, K) each, no gradient
-        distilled = [[] for _ in range(m)]           # distilled[k]: L_j2k of each peer j
-        for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):  # the pair (A, B); every pair of a cohort
-            shuffled = {} if method.select == "confident" else dict(keys=keys[i])  # the control's positions
-            loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
-                logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi, **shuffled)  # Eqs. 3-4
-            distilled[a].append(loss_b2a)
-            distilled[b].append(loss_a2b)
-        if method.peer_weight == "mean":  # the control: a taught sample's two terms averaged, not added (a pair)
-            losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
-                                taught[1 - k, k]) for k in range(2)]
-        else:  # Eqs. 5-6: L_A = L_selfKD(A) + L_B2A; in a cohort, plus the mean of what the peers teach
-            losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
-    total = sum(losses[1:], losses[0])  # L_A + L_B
-    for o in opts:
-        o.zero_grad(set_to_none=True)
-    scaler.scale(total).backward()
-    for o in opts:
-        scaler.step(o)
-    scaler.update()
+    mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
+                                    "progressive = CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = "
+                                    "KDCL-MinLogit; coteach = Co-teaching, coteach+ = Co-teaching+, jocor = JoCoR "
+                                    "(baselines.py, pairs only, on the given labels). The papers' names cmd-s, "
+                                    "cmd-p, co-teaching and co-teaching+ are accepted, in any case")
+    lc: str = knob("mylc", "self label correction q~ of each model")
+    eta: float | None = knob(THRESHOLDS["progressive"][0], "η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero "
+                                                       "knowledge, (0, 1] with b = 0: all")
+    b: float | None = knob(THRESHOLDS["progressive"][1], "b in Eq. 7: 0 static χ, > 0 χ rises, < 0 χ falls",
+                           (math.isfinite, "a finite number"))
+    select: str = knob("confident", "which samples each model teaches its peer: confident = where H(p_j) < χ "
+                                    "(Eqs. 3-4); shuffled = as many in each batch, drawn at random (a control "
+                                    "that keeps the count, the targets and χ, and drops the choice)",
+                       (lambda v: v in SELECTS, " or ".join(SELECTS)))
+    peer_weight: str = knob("sum", "sum: L_A = L_selfKD(A) + L_B2A (Eqs. 5-6); mean: a taught sample's loss is "
+                                   "the mean of its own and its peer's term, so distilling changes its target, "
+                                   "never its weight (a control; pairs, and targets q~ only)",
+                            (lambda v: v in PEER_WEIGHTS, " or ".join(PEER_WEIGHTS)))
+    ls_eps: float = knob(0.25, "LS ε in q~ = (1 - ε) q + ε u", (unit, "in [0, 1]"))
+    cp_beta: float = knob(0.25, "CP β in H(q, p) - β H(p)", (lambda v: 0 <= v < math.inf, "at least 0"))
+    bootsoft_eps: float = knob(0.25, "Boot-soft ε in q~ = (1 - ε) q + ε p", (unit, "in [0, 1]"))
+    proselflc_b: float = knob(6.0, "ProSelfLC slope B of ε = s(t/Γ - transit, B) l(p)", (math.isfinite, "a finite number"))
+    proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
+    mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
+    mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
+    tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
+                         (lambda v: 0 < v < 1, "in (0, 1)"))
+    tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
+    tfkd_alpha: float = knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]"))
+    tfkd_multiplier: float = knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
+                                  (math.isfinite, "a finite number"))
+    mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
+    kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
+    kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
+    gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
+                        (lambda v: 0 < v <= 1, "in (0, 1]"))
+    forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
+                                           "jocor (default: --rate with --noise sym/pair, as the authors' code "
+                                           "sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
+    num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
+                            (lambda v: v >= 1, "at least 1"))
+    coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
+                                     "authors' code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their "
+                                     "init_epoch 5 and 20 with epochs counted from 1)",
+                                  (lambda v: v >= 0, "at least 0"))
+    jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
+                                     "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
 
-    with torch.no_grad():
-        n = torch.ones_like(h[0]).sum()  # N as a device scalar, without a host copy
-        noisy = (y != y_clean).float()  # (N,)
-        sums = dict(samples=n, noisy=noisy.sum(), nonfinite=(~torch.isfinite(total)).float())
-        for k, model in enumerate(NAMES[:m]):
-            sums[f"loss_{model}"] = losses[k].detach() * n
-            sums[f"memorized_{model}"] = (noisy * (z[k].argmax(-1) == y)).sum()
-            sums[f"entropy_{model}"] = h[k].sum()
-        for (j, k), mask in taught.items():
-            pair = f"{NAMES[j]}2{NAMES[k]}"
-            sums[f"selected_{pair}"] = mask.sum()
-            sums[f"clean_{pair}"] = (mask * (q_tilde[j].argmax(-1) == y_clean)).sum()
-            sums[f"clean_label_{pair}"] = (mask * (1 - noisy)).sum()
-        return torch.stack([sums[name] for name in sum_names(m)]), entropy_histogram(torch.stack(h), noisy, q.shape[-1])
+    def chi(self, t, total, num_classes):
+        """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd, kdcl and SMALL_LOSS, which have no threshold."""
+        return None if self.eta is None else chi_schedule(t, total, num_classes, self.eta, self.b)
+
+
+# Each training mode's objective, all with cmd_objective's signature: the one thing mutual_step dispatches on.
+OBJECTIVES = {**dict.fromkeys(CMD_MODES, cmd_objective), "mkd": all_knowledge_objective,
+              "kdcl": all_knowledge_objective, **dict.fromkeys(SMALL_LOSS, baselines.objective)}

@@ -26,8 +26,6 @@ def stopped_early(*_):
 if __name__ == "__main__":  # a Ctrl-C while torch is being imported stops as quietly as one later
     signal.signal(signal.SIGINT, stopped_early)
 
-import math
-import os
 import threading
 import time
 import warnings
@@ -38,97 +36,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import models
-from baselines import coteach_plus_early
 from label_correction import confidence_from_sum
-from mutual import ENTROPY_BINS, NAMES, Method, mutual_step, shuffle_keys, sum_names
+from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from noise import add_noise
 from training import datasets, rundir
-from training.batches import Batches, Placement, Spec
+from training.batches import Batches
+from training.build import Setup, batch_args, build_models, eval_batches, load_data
 from training.cifar_n import human_labels
-from training.config import fail, get_args, pick_device, resolve
+from training.config import fail, get_args, resolve
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
-
-
-def setup_distributed():
-    """rank, world size and local rank; initialises the process group under torchrun."""
-    if "RANK" not in os.environ:
-        return 0, 1, 0
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend)
-    return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
-
-
-def load_data(args):
-    """The dataset, its training subset and splits: (d, train, tests, keep), keep the indices of the training
-    samples kept (after --subset and --val-split) in the dataset's training set. Raises datasets.DataError."""
-    synthetic = datasets.Synthetic(size=args.synthetic_size, test_size=args.synthetic_test_size,
-                                   classes=args.synthetic_classes, difficulty=args.synthetic_difficulty,
-                                   shift=args.synthetic_shift, seed=args.seed)
-    d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, synthetic=synthetic)
-    rng = np.random.default_rng(args.seed if args.subset_seed is None else args.subset_seed)
-    keep = np.arange(len(d.train.labels))
-    if args.subset is not None:
-        if args.subset > len(keep):
-            raise datasets.DataError(f"--subset {args.subset} is more than the {len(keep)} training samples")
-        keep = np.sort(rng.choice(keep, args.subset, replace=False))
-    tests = dict(d.tests)
-    if args.val_split > 0:  # the paper's clean validation split for hyperparameter search
-        perm = rng.permutation(keep)
-        n_val = max(1, int(round(args.val_split * len(keep))))
-        tests["val"] = datasets.take(d.train, np.sort(perm[:n_val]))
-        keep = np.sort(perm[n_val:])
-    return d, datasets.take(d.train, keep), tests, keep
-
-
-def batch_args(args, d, setup):
-    """Batches' settings for the training set: its spec (batch size, normalisation, augmentation, no flip for
-    digits) and its placement (device, rank, world, workers, memory format)."""
-    spec = Spec(batch_size=args.batch_size, mean=d.mean, std=d.std, augment=args.augment == "paper",
-                flip=args.dataset not in datasets.NO_FLIP)
-    return dict(spec=spec, placement=setup.placement(args.workers))
-
-
-def eval_batches(d, tests, placement):
-    """One Batches per test set: every sample once, in order, no augmentation, 500 a batch. placement: a
-    batches.Placement (Setup.placement)."""
-    spec = Spec(batch_size=500, mean=d.mean, std=d.std, train=False)
-    return {name: Batches(v, labels=v.labels, clean=v.labels, spec=spec, placement=placement)
-            for name, v in tests.items()}
-
-
-def build_models(args, num_classes, train, setup):
-    """Models A and B (or the cohort's), their SGD optimisers and lr schedules, built before anything is
-    written, and checked to take the training images' size."""
-    torch.manual_seed(args.seed)
-    try:
-        nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
-        nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
-        opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-                for n in nets]
-        scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
-    except (RuntimeError, ValueError) as e:
-        fail(str(e).splitlines()[0])
-    check_input_size(nets, args.arch.split(","), train, setup)
-    return rundir.Models(nets, opts, scheds)
-
-
-@torch.no_grad()
-def check_input_size(nets, archs, train, setup):
-    """Each model takes the training images' size: one forward pass of two blank images, in eval mode (no
-    state changes, no random numbers), so that a network too deep for small images fails here, in one
-    line, and not after the run's first files are written."""
-    size = tuple(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else (3, train.size, train.size)
-    x = torch.zeros(2, *size, device=setup.device).contiguous(memory_format=setup.fmt)
-    for net, arch in zip(nets, archs):
-        net.eval()
-        try:
-            net(x)
-        except RuntimeError as e:
-            fail(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]}); "
-                 f"choose an arch for this size, or --image-size")
-        net.train()
 
 
 def check_files(args, train, tests, log):
@@ -176,7 +93,7 @@ def main(argv=None):
                 loop.progress.clear()
                 fail(f"loss became NaN/inf in epoch {epoch + 1}; " + (f"kept the checkpoint of epoch {epoch}" if
                      epoch else "no epoch had finished to checkpoint") + ". Try a lower --lr or --amp off")
-            results = evaluate(loop.fwd, evals, loop.autocast, setup.device)
+            results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device)
             head = dict(epoch=epoch + 1, lr=lr, chi=method.chi(epoch + 1, args.epochs, d.num_classes),
                         seconds=time.time() - t0)
             row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
@@ -189,41 +106,6 @@ def main(argv=None):
     if dist.is_initialized():
         dist.destroy_process_group()
     return summary
-
-
-class Setup(NamedTuple):
-    """Where and how this process computes: its rank among torchrun's processes, the device, the autocast
-    precision and memory format, and the config.json record of every setting."""
-    rank: int
-    world: int
-    local_rank: int
-    device: torch.device
-    amp: str            # bf16 | fp16 | off
-    channels_last: str  # on | off
-    config: dict
-
-    @classmethod
-    def of(cls, args):
-        rank, world, local_rank = setup_distributed()
-        device = pick_device(args.device, local_rank)
-        amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
-        channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
-        config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
-        config.update(amp=amp, channels_last=channels_last, world_size=world)
-        return cls(rank, world, local_rank, device, amp, channels_last, config)
-
-    @property
-    def fmt(self):
-        return torch.channels_last if self.channels_last == "on" else torch.contiguous_format
-
-    def placement(self, workers=0):
-        """Where batches go: a batches.Placement of this process's device, rank, world and memory format;
-        workers: the DataLoader processes that read image files (--workers)."""
-        return Placement(self.device, rank=self.rank, world=self.world, workers=workers, memory_format=self.fmt)
-
-    def log(self, *a, **k):
-        if self.rank == 0:
-            print(*a, **k)
 
 
 def open_run(args, setup):
@@ -259,8 +141,7 @@ class Loop(NamedTuple):
     method: Method
     epochs: int
     seed: int
-    autocast: dict
-    scaler: torch.amp.GradScaler
+    precision: Precision
     progress: Progress
 
     @classmethod
@@ -279,7 +160,7 @@ class Loop(NamedTuple):
         progress = Progress(batches.steps(), args.epochs, args.batch_size,
                             Display(every=args.log_every, enabled=setup.rank == 0))
         return cls(fwd, rundir.Models(nets, models.opts, models.scheds), batches, method, args.epochs, args.seed,
-                   autocast, scaler, progress)
+                   Precision(autocast, scaler), progress)
 
 
 def data_and_labels(args, run, setup):
@@ -326,17 +207,10 @@ def train_epoch(loop, epoch, r, k):
     def running_losses():  # L_A, L_B so far; waits for the device, so only when a progress line is due
         return (acc[losses] / acc[names.index("samples")]).tolist()
 
-    # the comparators' schedules (baselines.py): R(t), stepped once an epoch as their authors' code does, and
-    # whether Co-teaching+ is past its initial epochs
-    keep, disagree = loop.method.remember(epoch), loop.method.disagrees(epoch)
-    for i, (x, y, y_clean) in enumerate(batches.epoch(loop.seed, epoch)):
-        t = epoch + i / steps  # fractional epochs, for Eq. 7 and ProSelfLC
-        keys = (None if loop.method.select == "confident" else  # the shuffled control's positions, from the clock
-                shuffle_keys(loop.seed, epoch, i, m, len(y), batches.device))
-        sums, step_hist = mutual_step(loop.fwd, loop.models.opts, x, y, y_clean, method=loop.method,
-                                      chi=loop.method.chi(t, loop.epochs, k), progress=t / loop.epochs, r=r,
-                                      autocast=loop.autocast, scaler=loop.scaler, keep=keep, disagree=disagree,
-                                      early=coteach_plus_early(epoch, i), keys=keys)
+    for i, batch in enumerate(batches.epoch(loop.seed, epoch)):
+        clock = Clock(epoch, i, steps, loop.epochs, loop.seed)
+        chi = loop.method.chi(clock.t, loop.epochs, k)  # Eq. 7 at fractional epochs
+        sums, step_hist = mutual_step(loop.fwd, loop.models.opts, batch, loop.method, chi, r, clock, loop.precision)
         acc += sums
         hist += step_hist
         progress.update(i + 1, running_losses)

@@ -19,7 +19,7 @@ from test_train import TINY, metrics
 import mutual
 import train
 from losses import cmd_loss, log_probs
-from mutual import LCS, Method, mutual_step
+from mutual import LCS, Clock, Method, Precision, mutual_step
 from tools import cuda_checks
 from training import rundir
 
@@ -48,18 +48,18 @@ class StepSpy:
             self.scores.update((logp.dtype, h.dtype))
             return logp, h
 
-        def spy_cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi):
-            out = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
+        def spy_cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=None):
+            out = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=keys)
             self.selection.update(t.dtype for t in (logp_a, logp_b, q_a, q_b, h_a, h_b, *out))
             return out
 
-        def spy_step(nets, opts, x, *args, **kwargs):
-            self.nets, self.scalers = nets, self.scalers + [kwargs["scaler"]]
-            self.batches.add(x.is_contiguous(memory_format=torch.channels_last))
+        def spy_step(nets, opts, batch, method, chi, r, clock, precision):
+            self.nets, self.scalers = nets, self.scalers + [precision.scaler]
+            self.batches.add(batch[0].is_contiguous(memory_format=torch.channels_last))
             for n in nets:
                 self.weights.update(p.is_contiguous(memory_format=torch.channels_last)
                                     for p in n.parameters() if p.dim() == 4)
-            sums, hist = step(nets, opts, x, *args, **kwargs)
+            sums, hist = step(nets, opts, batch, method, chi, r, clock, precision)
             self.sums.update((sums.dtype, hist.dtype))
             return sums, hist
 
@@ -263,8 +263,8 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
         opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in pair]
         r = [torch.tensor(0.7), torch.tensor(0.4)]
         chi = method.chi(3.0, 10, k)
-        sums, hist = mutual_step(pair, opts, x, y, y_clean, method=method, chi=chi, progress=0.3, r=r,
-                                 autocast=autocast, scaler=torch.amp.GradScaler("cpu", enabled=False))
+        sums, hist = mutual_step(pair, opts, (x, y, y_clean), method, chi, r, Clock(3, 0, 1, 10, 0),
+                                 Precision(autocast, torch.amp.GradScaler("cpu", enabled=False)))
         results.append((sums, hist, [p.detach().clone() for m in pair for p in m.parameters()]))
     (low_sums, low_hist, low_params), (f32_sums, f32_hist, f32_params) = results
     assert torch.equal(low_sums, f32_sums) and torch.equal(low_hist, f32_hist)  # losses, selections, entropies

@@ -42,7 +42,7 @@ def test_changing_a_default_in_method_changes_the_flag(monkeypatch):
     monkeypatch.setattr(Method.__dataclass_fields__["ls_eps"], "default", 0.125)
     monkeypatch.setattr(Method.__dataclass_fields__["mode"], "default", "static")
     args = config.resolve(config.get_args(["--dataset", "synthetic"]))
-    assert args.ls_eps == 0.125 and args.mode == "static" and args.eta == mutual.MODES["static"][0]
+    assert args.ls_eps == 0.125 and args.mode == "static" and args.eta == mutual.THRESHOLDS["static"][0]
 
 
 def test_a_method_knob_is_checked_by_its_own_rule(capsys):
@@ -149,14 +149,33 @@ def test_device_flag_and_no_cuda_message_are_defined_once():
     assert sum(c.count("sees no CUDA device") for c in code.values()) == 1
 
 
+def parameters(node):
+    """The parameters a function takes, self and cls aside."""
+    a = node.args
+    return len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) - int(bool(a.args) and a.args[0].arg in ("self", "cls"))
+
+
+def test_no_function_outside_the_tests_takes_more_than_eight_parameters():
+    paths = [p for p in glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True)
+             if "/tests/" not in p and "/sweeps/" not in p]
+    for path in paths:
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.FunctionDef):
+                assert parameters(node) <= 8, f"{os.path.relpath(path, HERE)}:{node.name} takes {parameters(node)}"
+
+
+def test_mutual_py_opens_with_the_method():
+    tree = ast.parse(open(os.path.join(HERE, "mutual.py")).read())
+    first = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
+    assert first.name == "cmd_objective"
+
+
 def test_no_function_of_train_py_or_training_takes_more_than_six_parameters():
     paths = [os.path.join(HERE, "train.py")] + glob.glob(os.path.join(HERE, "training", "*.py"))
     for path in paths:
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, ast.FunctionDef):
-                a = node.args
-                n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) - int(bool(a.args) and a.args[0].arg in ("self", "cls"))
-                assert n <= 6, f"{os.path.basename(path)}:{node.name} takes {n} parameters"
+                assert parameters(node) <= 6, f"{os.path.basename(path)}:{node.name} takes {parameters(node)} parameters"
 
 
 def test_train_main_reads_on_one_screen():
@@ -218,3 +237,14 @@ def test_the_synthetic_flags_take_the_data_sets_own_defaults():
     for field, default in Synthetic._field_defaults.items():
         if field != "seed":  # the run's --seed
             assert getattr(args, f"synthetic_{field}") == default
+
+
+def test_the_method_and_the_trainer_use_the_comparators_only_through_the_table_of_objectives():
+    for name in ("mutual.py", "train.py"):
+        tree = ast.parse(open(os.path.join(HERE, name)).read())
+        imports = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        from_baselines = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "baselines"]
+        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id == "baselines"}
+        assert not from_baselines and used <= {"objective"}, (name, used)
+        assert ("baselines" in imports) == (name == "mutual.py")  # mutual.OBJECTIVES; train.py not at all

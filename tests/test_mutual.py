@@ -11,7 +11,7 @@ import models
 from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
 from losses import cmd_loss, entropy
-from mutual import ENTROPY_BINS, LCS, MODES, Method, entropy_histogram, mutual_step, sum_names
+from mutual import ENTROPY_BINS, LCS, MODES, Clock, Method, Precision, entropy_histogram, mutual_step, sum_names
 
 K, N = 5, 24
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)
@@ -29,10 +29,11 @@ def setup(seed=0):
 
 
 def step(nets, opts, x, y, y_clean, method, chi, r=(0.7, 0.3), progress=0.6):
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    precision = Precision(OFF, torch.amp.GradScaler("cpu", enabled=False))
     r = [torch.tensor(v) for v in r]
-    sums, hist = mutual_step(nets, opts, x, y, y_clean, method=method, chi=chi, progress=progress, r=r,
-                             autocast=OFF, scaler=scaler)
+    clock = Clock(epoch=round(progress * 10), step=0, steps=1, epochs=10, seed=0)  # t/Γ = progress
+    assert clock.progress == progress
+    sums, hist = mutual_step(nets, opts, (x, y, y_clean), method, chi, r, clock, precision)
     assert hist.shape == (len(nets), 2, ENTROPY_BINS) and hist.sum() == len(nets) * N  # every sample once per model
     return SimpleNamespace(**dict(zip(sum_names(len(nets)), sums.tolist())))
 

@@ -36,9 +36,11 @@ import models
 from appendix_code import paper_cmd_loss
 from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
-from mutual import Method, mutual_step
+from mutual import Clock, Method, Precision, mutual_step
 from training import config, datasets
 from training.batches import Batches, Placement, Spec
+
+HALFWAY = Clock(epoch=5, step=0, steps=1, epochs=10, seed=0)  # t/Γ = 0.5, where every step below is timed
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def step_figures(setup, device, m=2):
     scaler = torch.amp.GradScaler(device.type, enabled=False)
 
     def cmd_step():  # exactly the step train.py runs, epoch sums included
-        mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
+        mutual_step(nets, opts, (x, y, y), method, 1.0, r, HALFWAY, Precision(autocast, scaler))
 
     # Interleave the two so that drift in machine load hits both alike.
     ce, cmd = [], []
@@ -187,7 +189,7 @@ def step_timing(setup, device, mode, warmup_steps=5):
     def step():
         if mark is not None:
             mark()
-        mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler)
+        mutual_step(nets, opts, (x, y, y), method, 1.0, r, HALFWAY, Precision(autocast, scaler))
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -256,8 +258,7 @@ def throughput_figures(setup, device, configs=None):
         def run_epoch(epoch):
             n = 0
             for x, y, _ in source(epoch):
-                mutual_step(nets, opts, x, y, y, method=method, chi=1.0, progress=0.5, r=r, autocast=autocast,
-                            scaler=scaler)
+                mutual_step(nets, opts, (x, y, y), method, 1.0, r, HALFWAY, Precision(autocast, scaler))
                 n += len(y)
             return n
 

@@ -16,7 +16,7 @@ import time
 import torch
 
 import models
-from mutual import MODES, Method, mutual_step
+from mutual import THRESHOLDS, Clock, Method, Precision, mutual_step
 from training import datasets
 from training.batches import Batches, Placement, Spec
 
@@ -33,7 +33,7 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     steps PyTorch raises RuntimeError, naming the operation, if anything waits for the GPU: drawing the
     batch, mutual_step, adding up the sums. The count is read after the check.
     """
-    method = Method(mode=mode, lc=lc, eta=None if MODES[mode][0] is None else 4.0, forget_rate=0.2)
+    method = Method(mode=mode, lc=lc, eta=4.0 if mode in THRESHOLDS else None, forget_rate=0.2)
     d = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=1024, classes=10))
     torch.manual_seed(0)
     nets = [models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]
@@ -44,18 +44,16 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, spec=Spec(batch_size, d.mean, d.std),
                       placement=Placement(device, memory_format=torch.channels_last))
     it = batches.epoch(0, 0)
-    step = dict(method=method, chi=1.0, progress=0.5, r=r, autocast=autocast, scaler=scaler,
-                keep=method.remember(5), disagree=method.disagrees(5), early=False)  # the comparators' (baselines.py)
+    # epoch 5, past Co-teaching+'s step rule: R(t) < 1 and disagreements for the comparators (baselines.schedule)
+    step = (method, 1.0, r, Clock(5, 1000, 2000, 10, 0), Precision(autocast, scaler))
     acc = torch.zeros((), device=device)
     for _ in range(warmup):
-        x, y, y_clean = next(it)
-        acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)[0][0]
+        acc = acc + mutual_step(nets, opts, next(it), *step)[0][0]
     torch.cuda.synchronize(device)
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(steps):
-            x, y, y_clean = next(it)
-            acc = acc + mutual_step(nets, opts, x, y, y_clean, **step)[0][0]
+            acc = acc + mutual_step(nets, opts, next(it), *step)[0][0]
     finally:
         torch.cuda.set_sync_debug_mode("default")
     return int(acc.item())

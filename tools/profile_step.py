@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from mutual import Method, mutual_step
+from mutual import Method, Precision, mutual_step
 from tools import bench
 
 
@@ -34,11 +34,11 @@ def main(argv=None):
     x = torch.randn(args.batch_size, 3, 32, 32, device=device, generator=g).contiguous(memory_format=fmt)
     y = torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=g)
     r = [torch.tensor(0.6, device=device)] * 2
-    step = dict(method=Method(), chi=1.0, progress=0.5, r=r, scaler=torch.amp.GradScaler(device.type, enabled=False),
-                autocast=dict(device_type=device.type, dtype=torch.bfloat16, enabled=cuda))
+    precision = Precision(dict(device_type=device.type, dtype=torch.bfloat16, enabled=cuda),
+                          torch.amp.GradScaler(device.type, enabled=False))
 
     def one():
-        mutual_step(nets, opts, x, y, y, **step)
+        mutual_step(nets, opts, (x, y, y), Method(), 1.0, r, bench.HALFWAY, precision)
 
     print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, {args.arch} pair, "
           f"batch {args.batch_size}, K {args.num_classes}, {'bf16 + channels_last' if cuda else 'float32'}")

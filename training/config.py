@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 import models
-from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, Method
+from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Method
 from schedule import chi
 from training import cifar_n, datasets
 from training.synthetic import Synthetic
@@ -101,7 +101,8 @@ def fail(message):
     """Bad input: one line on stderr, exit 2, nothing written. Named after the script run (train.py,
     evaluate.py), train.py when imported elsewhere."""
     script = os.path.basename(sys.argv[0])
-    print(f"{script if script in ('train.py', 'evaluate.py') else 'train.py'}: error: {message}", file=sys.stderr)
+    named = script if script in ('train.py', 'evaluate.py', 'batched.py') else 'train.py'
+    print(f"{named}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -154,7 +155,7 @@ def method_flags(g):
             g.add_argument(flag, type=canonical(LCS), choices=LCS,
                            help=f"{help} (default {f.default}; ce for mkd, kdcl, {', '.join(SMALL_LOSS)})")
         elif f.name in ("eta", "b"):
-            per_mode = ", ".join(f"{m} {MODES[m][f.name == 'b']:g}" for m in MODES if MODES[m][0] is not None)
+            per_mode = ", ".join(f"{m} {eta_b[f.name == 'b']:g}" for m, eta_b in THRESHOLDS.items())
             g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
         else:  # a knob whose default is None (forget_rate) takes a number
             g.add_argument(flag, type=float if f.default is None else type(f.default), default=f.default, help=help)
@@ -330,7 +331,7 @@ def resolve(args):
     if args.peer_weight == "mean" and args.lc in OWN_LOSS_LCS:
         fail(f"--peer-weight mean averages two cross-entropies with targets, and --lc {args.lc}'s own term is a loss "
              f"of its own; use --lc ce, ls, bootsoft, proselflc or mylc")
-    eta, b = MODES[args.mode]
+    eta, b = THRESHOLDS.get(args.mode, (None, None))
     own_threshold = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
     own_threshold += "".join(f"-{v}" for v in (args.select, args.peer_weight) if v not in ("confident", "sum"))
     args.eta = eta if args.eta is None else args.eta

@@ -97,9 +97,15 @@ def evaluate(nets, evals, autocast, device):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(c)
         *correct, e, n = c.tolist()
-        prefix = "test" if not out else name  # the first test set is "the" test set of the tables
-        out.update({f"{prefix}_acc_{x}": 100 * v / n for x, v in zip(NAMES, correct)})
-        out.update({f"{prefix}_acc_mean": 100 * sum(correct) / (m * n), f"{prefix}_acc_ens": 100 * e / n})
+        out.update(accuracies("test" if not out else name, correct, e, n))  # the first set is "the" test set
+    return out
+
+
+def accuracies(prefix, correct, ensemble, n):
+    """{prefix_acc_a, prefix_acc_b, ..., prefix_acc_mean, prefix_acc_ens} in %, from the counts of correct
+    predictions of each model and of their averaged probabilities over n samples (host numbers)."""
+    out = {f"{prefix}_acc_{x}": 100 * v / n for x, v in zip(NAMES, correct)}
+    out.update({f"{prefix}_acc_mean": 100 * sum(correct) / (len(correct) * n), f"{prefix}_acc_ens": 100 * ensemble / n})
     return out
 
 

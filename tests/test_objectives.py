@@ -1,0 +1,82 @@
+"""The objectives are pure functions of tensors: torch.func.vmap batches them over runs that differ in chi, r,
+labels and logits, and each run's slice equals the unbatched call (what tools/batched.py relies on)."""
+import pytest
+import torch
+from torch.func import vmap
+
+from losses import Objective
+from mutual import LCS, OBJECTIVES, Clock, Method, cmd_objective, shuffle_keys, step_sums
+
+R, N, K = 3, 16, 5
+CLOCK = Clock(epoch=3, step=2, steps=10, epochs=20, seed=0)
+
+
+def runs(seed=0):
+    """R runs of a pair: each its own logits, noisy labels, chi and MyLC's r (one per model)."""
+    g = torch.Generator().manual_seed(seed)
+    z = [3 * torch.randn(R, N, K, generator=g) for _ in range(2)]
+    y = torch.randint(0, K, (R, N), generator=g)
+    chi = torch.tensor([0.3, 0.8, 1.3])
+    r = [torch.tensor([0.2, 0.5, 0.9]), torch.tensor([0.7, 0.4, 0.1])]
+    return z, y, chi, r
+
+
+def run_slice(i, z, y, chi, r):
+    return [z_k[i] for z_k in z], y[i], chi[i], [r_k[i] for r_k in r]
+
+
+def assert_same(batched, i, one):
+    for a, b in zip(batched.losses, one.losses):
+        assert torch.allclose(a[i], b, rtol=1e-6, atol=1e-7)
+    assert batched.taught.keys() == one.taught.keys()
+    assert all(torch.equal(batched.taught[k][i], one.taught[k]) for k in one.taught)  # the same selection
+    assert all(torch.allclose(a[i], b, atol=1e-6) for a, b in zip(batched.q_tilde, one.q_tilde))
+    assert all(torch.allclose(a[i], b, atol=1e-6) for a, b in zip(batched.h, one.h))
+
+
+@pytest.mark.parametrize("lc", LCS)
+def test_cmd_objective_vmaps_over_runs_with_their_own_chi_and_r(lc):
+    z, y, chi, r = runs()
+    method = Method(mode="progressive", lc=lc)
+    batched = vmap(lambda z, y, chi, r: cmd_objective(z, y, method, chi, r, CLOCK))(z, y, chi, r)
+    assert isinstance(batched, Objective) and batched.losses[0].shape == (R,)
+    for i in range(R):
+        zi, yi, chi_i, ri = run_slice(i, z, y, chi, r)
+        assert_same(batched, i, cmd_objective(zi, yi, method, chi_i, ri, CLOCK))
+    selected = batched.taught[1, 0].sum(-1)  # B taught A, per run: chi moves it
+    assert len(set(selected.tolist())) == R
+
+
+@pytest.mark.parametrize("control", [dict(select="shuffled"), dict(peer_weight="mean")])
+def test_the_controls_vmap_too(control):
+    z, y, chi, r = runs(1)
+    method = Method(mode="progressive", lc="mylc", **control)
+    keys = torch.stack([shuffle_keys(seed, 0, 0, 2, N, "cpu") for seed in range(R)])  # each run's own draws
+    batched = vmap(lambda z, y, chi, r, keys: cmd_objective(z, y, method, chi, r, CLOCK, keys))(z, y, chi, r, keys)
+    for i in range(R):
+        zi, yi, chi_i, ri = run_slice(i, z, y, chi, r)
+        assert_same(batched, i, cmd_objective(zi, yi, method, chi_i, ri, CLOCK, keys[i]))
+
+
+@pytest.mark.parametrize("mode", ["mkd", "kdcl"])
+def test_the_all_knowledge_objectives_vmap(mode):
+    z, y, _, r = runs(2)
+    method = Method(mode=mode, lc="ce", eta=None, b=None)
+    batched = vmap(lambda z, y: OBJECTIVES[mode](z, y, method, None, None, CLOCK))(z, y)
+    for i in range(R):
+        assert_same(batched, i, OBJECTIVES[mode]([z_k[i] for z_k in z], y[i], method, None, None, CLOCK))
+
+
+def test_step_sums_vmap():
+    z, y, chi, r = runs(3)
+    y_clean = torch.randint(0, K, (N,), generator=torch.Generator().manual_seed(9)).expand(R, N)
+    method = Method(mode="static", lc="ls")
+
+    def sums(z, y, y_clean, chi, r):
+        out = cmd_objective(z, y, method, chi, r, CLOCK)
+        return step_sums(z, y, y_clean, sum(out.losses), out)
+
+    batched = vmap(sums)(z, y, y_clean, chi, r)
+    for i in range(R):
+        zi, yi, chi_i, ri = run_slice(i, z, y, chi, r)
+        assert torch.allclose(batched[i], sums(zi, yi, y_clean[i], chi_i, ri), rtol=1e-6)

@@ -1,0 +1,137 @@
+"""What a run is built from, before its first step (train.py's main, and tools/batched.py for many runs).
+
+setup_distributed -- rank, world size and local rank under torchrun
+Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
+load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
+batch_args   -- Batches' settings for the training set
+eval_batches -- one Batches per test set
+build_models -- models A and B (or a cohort), their SGD optimisers and lr schedules, seeded by --seed
+check_input_size -- each model takes the training images' size, checked before anything is written
+"""
+import math
+import os
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import models
+from training import datasets, rundir
+from training.batches import Batches, Placement, Spec
+from training.config import fail, pick_device
+
+
+def setup_distributed():
+    """rank, world size and local rank; initialises the process group under torchrun."""
+    if "RANK" not in os.environ:
+        return 0, 1, 0
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def load_data(args):
+    """The dataset, its training subset and splits: (d, train, tests, keep), keep the indices of the training
+    samples kept (after --subset and --val-split) in the dataset's training set. Raises datasets.DataError."""
+    synthetic = datasets.Synthetic(size=args.synthetic_size, test_size=args.synthetic_test_size,
+                                   classes=args.synthetic_classes, difficulty=args.synthetic_difficulty,
+                                   shift=args.synthetic_shift, seed=args.seed)
+    d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, synthetic=synthetic)
+    rng = np.random.default_rng(args.seed if args.subset_seed is None else args.subset_seed)
+    keep = np.arange(len(d.train.labels))
+    if args.subset is not None:
+        if args.subset > len(keep):
+            raise datasets.DataError(f"--subset {args.subset} is more than the {len(keep)} training samples")
+        keep = np.sort(rng.choice(keep, args.subset, replace=False))
+    tests = dict(d.tests)
+    if args.val_split > 0:  # the paper's clean validation split for hyperparameter search
+        perm = rng.permutation(keep)
+        n_val = max(1, int(round(args.val_split * len(keep))))
+        tests["val"] = datasets.take(d.train, np.sort(perm[:n_val]))
+        keep = np.sort(perm[n_val:])
+    return d, datasets.take(d.train, keep), tests, keep
+
+
+def batch_args(args, d, setup):
+    """Batches' settings for the training set: its spec (batch size, normalisation, augmentation, no flip for
+    digits) and its placement (device, rank, world, workers, memory format)."""
+    spec = Spec(batch_size=args.batch_size, mean=d.mean, std=d.std, augment=args.augment == "paper",
+                flip=args.dataset not in datasets.NO_FLIP)
+    return dict(spec=spec, placement=setup.placement(args.workers))
+
+
+def eval_batches(d, tests, placement):
+    """One Batches per test set: every sample once, in order, no augmentation, 500 a batch. placement: a
+    batches.Placement (Setup.placement)."""
+    spec = Spec(batch_size=500, mean=d.mean, std=d.std, train=False)
+    return {name: Batches(v, labels=v.labels, clean=v.labels, spec=spec, placement=placement)
+            for name, v in tests.items()}
+
+
+def build_models(args, num_classes, train, setup):
+    """Models A and B (or the cohort's), their SGD optimisers and lr schedules, built before anything is
+    written, and checked to take the training images' size."""
+    torch.manual_seed(args.seed)
+    try:
+        nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
+        nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
+        opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+                for n in nets]
+        scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
+    except (RuntimeError, ValueError) as e:
+        fail(str(e).splitlines()[0])
+    check_input_size(nets, args.arch.split(","), train, setup)
+    return rundir.Models(nets, opts, scheds)
+
+
+@torch.no_grad()
+def check_input_size(nets, archs, train, setup):
+    """Each model takes the training images' size: one forward pass of two blank images, in eval mode (no
+    state changes, no random numbers), so that a network too deep for small images fails here, in one
+    line, and not after the run's first files are written."""
+    size = tuple(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else (3, train.size, train.size)
+    x = torch.zeros(2, *size, device=setup.device).contiguous(memory_format=setup.fmt)
+    for net, arch in zip(nets, archs):
+        net.eval()
+        try:
+            net(x)
+        except RuntimeError as e:
+            fail(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]}); "
+                 f"choose an arch for this size, or --image-size")
+        net.train()
+
+
+class Setup(NamedTuple):
+    """Where and how this process computes: its rank among torchrun's processes, the device, the autocast
+    precision and memory format, and the config.json record of every setting."""
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    amp: str            # bf16 | fp16 | off
+    channels_last: str  # on | off
+    config: dict
+
+    @classmethod
+    def of(cls, args):
+        rank, world, local_rank = setup_distributed()
+        device = pick_device(args.device, local_rank)
+        amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
+        channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
+        config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
+        config.update(amp=amp, channels_last=channels_last, world_size=world)
+        return cls(rank, world, local_rank, device, amp, channels_last, config)
+
+    @property
+    def fmt(self):
+        return torch.channels_last if self.channels_last == "on" else torch.contiguous_format
+
+    def placement(self, workers=0):
+        """Where batches go: a batches.Placement of this process's device, rank, world and memory format;
+        workers: the DataLoader processes that read image files (--workers)."""
+        return Placement(self.device, rank=self.rank, world=self.world, workers=workers, memory_format=self.fmt)
+
+    def log(self, *a, **k):
+        if self.rank == 0:
+            print(*a, **k)
