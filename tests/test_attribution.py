@@ -1,5 +1,6 @@
 """tools/attribution.py: the edge rule on fake scores, then every stage end to end on tiny Fashion-MNIST files in
 their real format (real train.py runs), the raw data packed and the tables rendered again from it alone."""
+import argparse
 import gzip
 import json
 import math
@@ -129,3 +130,27 @@ def test_every_attribution_command_shown_in_the_docs_is_accepted(capsys):
         cut = argv.index("--") if "--" in argv else len(argv)
         assert attribution.main(argv[:cut] + ["--dry-run", "--out", "/nonexistent/never"] + argv[cut:]) == 0, line
     capsys.readouterr()
+
+
+def test_the_stages_run_through_tools_batched(tmp_path, monkeypatch):
+    write_idx(tmp_path / "data", n_train=160, n_test=40)
+    monkeypatch.setattr(demo, "BASE", ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2",
+                                       "--augment", "none", "--weight-decay", "0", "--epochs", "2", "--milestones", "1",
+                                       "--batch-size", "32", "--noise", "sym", "--rate", "0.4"])
+    monkeypatch.setitem(attribution.GRIDS, 0.6, {row: (0.05,) for row in ("zero", "cmdp")})
+    monkeypatch.setattr(attribution, "EXTEND", 0)
+    monkeypatch.setattr(attribution, "SELECT_SEEDS", (100, 101))
+    out = str(tmp_path / "sweeps")
+    argv = ["select", "--rate", "0.6", "--out", out, "--data-dir", str(tmp_path / "data"), "--batched"]
+    assert attribution.main([*argv, "--", "--device", "cpu"]) == 0
+    runs = attribution.load_dir(out, 0.6)
+    assert len(runs) == 4 and all(r["provenance"]["engine"] == "tools.batched" for r in runs.values())
+    # tools.demo's stages take the same runner
+    stage = os.path.join(out, "demo")
+    monkeypatch.setattr(demo, "DATA", ["--dataset", "fashionmnist", "--data-dir", str(tmp_path / "data")])
+    todo = [demo.job(stage, "zero", ["--mode", "zero", "--lr", "0.05"], s, ["--device", "cpu", "--workers", "0"])
+            for s in (0, 1)]
+    trained = [0]
+    assert demo.run(todo, argparse.Namespace(jobs=1, device="cpu", batched=True), trained) == {} and trained == [2]
+    assert all(json.load(open(os.path.join(j["dir"], "config.json")))["provenance"]["engine"] == "tools.batched"
+               for j in todo)

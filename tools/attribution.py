@@ -32,9 +32,9 @@ import shlex
 import sys
 import time
 
-from tools import demo, rawdata
+from tools import batched, demo, rawdata
 from tools.stats import fmt, mean_std, paired
-from tools.sweep import diagnostics, run_jobs
+from tools.sweep import diagnostics
 
 LADDER = (0.0044, 0.00625, 0.0088, 0.0125, 0.0177, 0.025, 0.035, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8)
 EXTEND = 3  # at most this many sqrt(2) steps beyond a row's declared grid, each way
@@ -271,7 +271,8 @@ def run_cells(args, cells, stage, data, extra, log):
         except BrokenPipeError:  # | head: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    failed = run_jobs(todo, jobs=args.jobs)
+    device = next((extra[i + 1] for i in range(len(extra) - 1) if extra[i] == "--device"), "auto")
+    failed = batched.run_grid(todo, args.jobs, device, args.batched)
     for j in todo:
         if j["name"] in failed and "NaN" in failed[j["name"]]:
             with open(os.path.join(j["dir"], "diverged.json"), "w") as f:
@@ -334,6 +335,7 @@ def main(argv=None):
     p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs go to DIR/attribution/r<rate>/")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="the four Fashion-MNIST IDX files")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    batched.batched_flag(p)
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands instead of running them")
     p.add_argument("--from", dest="pack", default="docs/fmnist/runs.jsonl.gz",
                    help="tables: the raw data to render from; pack: where to write it")

@@ -2,6 +2,7 @@
 
     python -m tools.bench                                   # CPU, small models, under a minute
     python -m tools.bench --arch resnet34 --device cuda     # the real figures
+    python -m tools.bench batched                           # many runs in one process (tools/bench_batched.py)
 
 loss_overhead -- time of cmd_loss + both label corrections (MyLC) on a batch of logits, forward and
                  backward, over the time of two plain F.cross_entropy calls on the same logits
@@ -288,6 +289,10 @@ def check_json_path(p, path):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["batched"]:
+        from tools import bench_batched  # here: its own figures and flags
+        return bench_batched.main(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--arch", default="cnn", help="NAME or NAME_A,NAME_B (models.ARCHS)")

@@ -6,7 +6,8 @@
     python -m tools.demo report --out sweeps/fmnist   # the rows at their chosen settings, 5 seeds, the table
     python -m tools.demo select --out sweeps/fmnist --jobs 14 -- --device cuda --amp off   # one GPU, 14 runs at a time
 
-Stages, each a grid of train.py runs (sweep.run_jobs: finished runs are skipped, cut ones resume):
+Stages, each a grid of train.py runs (finished runs are skipped; with --batched, or on a GPU, they train in one
+process, tools.batched; else one train.py process per run, and cut ones resume):
 regime -- CE and MyLC with zero knowledge, and CE on clean labels, at the base schedule (BASE, lr 0.05), on
           the selection seeds. Prints the preconditions (PRECONDITIONS) before any CMD row has run.
 select -- the declared grids (LRS, ETAS, ETA_B) on the selection seeds SELECT_SEEDS, which are not reported.
@@ -29,8 +30,9 @@ import shlex
 import sys
 import time
 
+from tools import batched
 from tools.stats import fmt, mean_std, paired
-from tools.sweep import run_diagnostics, run_jobs
+from tools.sweep import run_diagnostics
 from training import config
 
 DATA = ["--dataset", "fashionmnist", "--data-dir", "/usr/share/datasets/fashion-mnist"]
@@ -340,6 +342,7 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each with an equal share of the cores "
                                                         "(and the one GPU, when train.py sees one) (default 2)")
     config.add_device_flag(p)
+    batched.batched_flag(p)
     p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report: seeds 0..N-1 (default 5)")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.jobs < 1 or not 1 <= args.seeds <= 9:
@@ -364,10 +367,11 @@ def main(argv=None):
         return 130
 
 
-def run(todo, jobs, trained):
-    """sweep.run_jobs, counting in trained[0] the runs this invocation trains (not those finished before)."""
+def run(todo, args, trained):
+    """The runs (batched.run_grid: in one process with --batched or on a GPU, else sweep.run_jobs), counting in
+    trained[0] the runs this invocation trains (not those finished before)."""
     trained[0] += sum(not finished(j["dir"]) for j in todo)
-    return run_jobs(todo, jobs=jobs)
+    return batched.run_grid(todo, args.jobs, args.device, args.batched)
 
 
 def run_stage(args, extra, command, t0):
@@ -378,16 +382,16 @@ def run_stage(args, extra, command, t0):
         return (f"`{command}`: {time.time() - t0:.0f} s this invocation, which trained {trained[0]} runs "
                 f"(the others had finished before).")
     if args.stage == "regime":
-        failed = run(regime_jobs(args.out, extra), args.jobs, trained)
+        failed = run(regime_jobs(args.out, extra), args, trained)
         lines, ok = regime_report(args.out)
         text = "\n".join([f"# Regime: zero knowledge at the base schedule (lr {BASE_LR:g}), seeds "
                           f"{', '.join(map(str, SELECT_SEEDS))}", "", PRECONDITIONS + ".", ""] + lines +
                          ["", f"All hold: {'yes' if ok else 'no'}.", "", footer(), ""])
         path = os.path.join(args.out, "regime.md")
     elif args.stage == "select":
-        failed = run(select_jobs(args.out, extra), args.jobs, trained)
+        failed = run(select_jobs(args.out, extra), args, trained)
         choice = choose(args.out, ["ce-zero", "mylc-zero", "mylc-all", "mylc-cmds", "mylc-cmdp"])
-        failed.update(run(select_jobs(args.out, extra, choice)[-len(LRS) * len(SELECT_SEEDS):], args.jobs, trained))
+        failed.update(run(select_jobs(args.out, extra, choice)[-len(LRS) * len(SELECT_SEEDS):], args, trained))
         choice.update(choose(args.out, ["ce-cmdp"], choice))
         with open(choice_path, "w") as f:
             json.dump(dict(derived(choice), command=command), f, indent=1)
@@ -403,7 +407,7 @@ def run_stage(args, extra, command, t0):
                          ["", footer(), ""])
         path = os.path.join(args.out, "select.md")
     elif args.stage == "compare":
-        failed = run(compare_jobs(args.out, extra), args.jobs, trained)
+        failed = run(compare_jobs(args.out, extra), args, trained)
         picked = choose_compare(args.out)
         with open(choice_path) as f:
             saved = json.load(f)
@@ -420,7 +424,7 @@ def run_stage(args, extra, command, t0):
             choice = {k: v for k, v in json.load(f).items() if k in ROWS}
         choice = {row: choice[row] for row in ROWS if row in choice}
         seeds = REPORT_SEEDS[:args.seeds]
-        failed = run(report_jobs(args.out, choice, seeds, extra), args.jobs, trained)
+        failed = run(report_jobs(args.out, choice, seeds, extra), args, trained)
         lines, ok = regime_report(args.out, seeds, "report", {r: choice[r]["lr"] for r in ("ce-zero", "mylc-zero")})
         text = "\n".join([f"# Fashion-MNIST, 40% symmetric noise: every row at its validation-chosen setting, seeds "
                           f"{', '.join(map(str, seeds))}", ""] + report_table(args.out, choice, seeds) +

@@ -1,0 +1,400 @@
+"""Many runs of a small model pair in one process: a grid trained at once with torch.func, equal to train.py's runs.
+
+    python -m tools.batched --dataset synthetic --arch mlp --epochs 3 --mode zero,progressive --lr 0.05,0.1 \
+        --seed 0,1 --out runs/grid        # 8 runs, in runs/grid/<name>/ with train.py's files
+
+--lr, --eta, --b, --seed, --rate and --mode take comma-separated lists, and every combination is one run
+(--zip pairs the lists instead, one run per position). Every other flag is train.py's and is the same for
+every run. Each run writes train.py's files into OUT/<name> (name: tools.sweep's, with -lr and -s): config.json
+(with provenance), noisy_labels.npy, metrics.jsonl, entropy_hist.npz and, last, summary.json. There are no
+checkpoints and no weights: a finished run is skipped, an interrupted one starts again from epoch 1. A run
+whose loss turns NaN or inf writes diverged.json beside its epochs so far, and the others go on.
+
+Per run, exactly as train.py makes it: the training subset, the noisy labels (noise.add_noise with its seed),
+the initial weights (build.build_models), the batch order (Batches.epoch), the lr on its milestones (a
+MultiStepLR per run), χ(t) (Method.chi) and MyLC's r. The runs' parameters are stacked
+(torch.func.stack_module_state) and one step of all of them is one vmap of functional_call and of the mode's
+objective, mutual.OBJECTIVES: the method is the code train.py runs, not a copy. SGD with momentum is applied to
+the stacks with each run's lr. Floating-point order differs from one run's own matrix products, so the
+numbers agree to rounding, not to the bit; docs/performance.md gives the contract and what it measured.
+
+group     -- the runs that can train together: equal in every flag but those above (and --out)
+train     -- train one group: data, runs, the epochs; writes each run's files
+run_jobs  -- tools.sweep's job lists ({name, dir, key, argv}) trained in groups, for tools.demo and
+             tools.attribution; returns {name: error} as tools.sweep.run_jobs does
+"""
+import argparse
+import contextlib
+import copy
+import io
+import itertools
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+
+import models
+from label_correction import confidence_from_sum
+from mutual import CMD_MODES, ENTROPY_BINS, NAMES, OBJECTIVES, Clock, Method, entropy_histogram, shuffle_keys, step_sums, sum_names
+from noise import add_noise
+from training import build, rundir
+from training.batches import Batches
+from training.config import get_args, pick_device, resolve
+from training.report import accuracies, epoch_row, epoch_line, final_accuracies
+from tools import sweep
+from tools.paper_tables import run_name, same_run
+
+VARY = ("lr", "eta", "b", "seed", "rate", "mode")  # what may differ within a group
+OWN = VARY + ("out", "forget_rate")  # a run's own settings (forget_rate follows --rate for the comparators)
+FILES = ("config.json", "noisy_labels.npy", "metrics.jsonl", "entropy_hist.npz", "train.log")
+
+
+class BadInput(ValueError):
+    """A grid that cannot be trained in one process; str(error) is one line that says what to do."""
+
+
+# ---------------------------------------------------------------- the runs
+def resolved(argv, quiet=False):
+    """train.py's settings of one run (config.resolve), or BadInput with its one-line message. quiet: keep its
+    notes (e.g. the milestones it scaled), which every run of a grid shares, to itself unless it fails."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            args = resolve(get_args(argv))
+    except SystemExit:  # config.fail has written its line (argparse its usage and error): ours, by name
+        sys.stderr.write(said.getvalue().replace("train.py: error:", "batched.py: error:"))
+        raise BadInput("") from None
+    if not quiet:
+        print(said.getvalue(), end="")
+    return args
+
+
+def group(runs):
+    """{key: [run]}: runs whose settings differ only in VARY (and --out) train together. A run is
+    dict(name, dir, key, args)."""
+    groups = {}
+    for run in runs:
+        a = vars(run["args"])
+        key = json.dumps({k: v for k, v in a.items() if k not in OWN + rundir.RUN_CONTROL}, sort_keys=True,
+                         default=str)
+        mode = "cmd" if a["mode"] in CMD_MODES else a["mode"]  # CMD's modes differ only in chi: one objective
+        groups.setdefault((key, mode, a["forget_rate"]), []).append(run)
+    return list(groups.values())
+
+
+def check(run):
+    """BadInput unless train.py's run `run` can be batched here; called before anything is written."""
+    a = run["args"]
+    if a.compile or "RANK" in os.environ:
+        raise BadInput("--compile and torchrun are train.py's; tools.batched trains its runs in one process")
+    if a.noise == "human":
+        raise BadInput("--noise human reads CIFAR-N's file per run: use train.py for it")
+    if a.resume:
+        raise BadInput("tools.batched has no --resume: run the same command again; finished runs are skipped and "
+                       "the others start again from epoch 1")
+    for arch in a.arch.split(","):
+        net = models.build_model(arch, 10)
+        kinds = {type(m).__name__ for m in net.modules() if list(m.buffers(recurse=False))}
+        if kinds:
+            raise BadInput(f"--arch {arch} has {', '.join(sorted(kinds))} (running statistics), which one vmapped "
+                           f"step cannot keep per run; use --arch mlp, or train.py")
+    if os.path.exists(os.path.join(run["dir"], "checkpoint.pt")):
+        raise BadInput(f"{run['dir']} holds a train.py run in progress; finish it with train.py --resume, or "
+                       f"delete it")
+    if os.path.exists(os.path.join(run["dir"], "summary.json")) and not same_run(run["dir"], run["key"]):
+        raise BadInput(f"{run['dir']} finished with other flags; delete it or choose another --out")
+    why = rundir._writable_ancestor(run["dir"])
+    if why:
+        raise BadInput(why)
+
+
+def done(run):
+    return any(os.path.exists(os.path.join(run["dir"], f)) for f in ("summary.json", "diverged.json"))
+
+
+# ---------------------------------------------------------------- one group
+class Runs:
+    """One group's runs on the device: each run's data, labels and batches, the models' stacked parameters and
+    momentum buffers, the lr schedules and MyLC's r. Built per run exactly as train.main builds it."""
+
+    def __init__(self, runs, device):
+        self.runs, self.device = runs, device
+        cache, self.data, self.batches, nets, self.models, self.setups = {}, [], [], [], [], []
+        for run in runs:
+            a = run["args"]
+            setup = build.Setup.of(a)._replace(device=device)
+            key = (a.dataset, a.data_dir, a.image_size, a.subset, a.val_split,
+                   a.seed if a.subset_seed is None or a.dataset == "synthetic" else a.subset_seed)
+            if key not in cache:  # the same training set and tests: loaded once
+                cache[key] = build.load_data(a)
+            d, train_set, tests, _ = cache[key]
+            noisy = add_noise(train_set.labels, a.noise, a.rate, d.num_classes, seed=a.seed)
+            built = build.build_models(a, d.num_classes, train_set, setup)
+            nets.append(built.nets)
+            self.models.append(built)  # its optimisers step nothing: they carry the lr schedule
+            self.data.append((d, tests, key))
+            self.batches.append(Batches(train_set, labels=noisy, clean=train_set.labels,
+                                        **build.batch_args(a, d, setup)))
+            self.setups.append(setup)
+            run["noisy"] = noisy
+        self.m = len(nets[0])
+        self.k = self.data[0][0].num_classes
+        self.base = [copy.deepcopy(nets[0][j]).to("meta") for j in range(self.m)]
+        self.params = [stack_module_state([n[j] for n in nets])[0] for j in range(self.m)]
+        self.momentum = [{} for _ in range(self.m)]
+        self.r = [torch.zeros(len(runs), device=device) for _ in range(self.m)]  # MyLC's r: 0 before epoch 1
+        self.methods = [Method(**{f: getattr(run["args"], f) for f in Method.__dataclass_fields__}) for run in runs]
+
+    def lr(self):
+        return [m.opts[0].param_groups[0]["lr"] for m in self.models]
+
+    def forward(self, params, x, autocast):
+        with torch.autocast(**autocast):
+            return [functional_call(self.base[j], params[j], (x,)) for j in range(self.m)]
+
+    def sgd(self, lr, a):
+        """torch.optim.SGD's update (momentum, weight decay, no dampening) on the stacks, each run its own lr."""
+        lr = torch.tensor(lr, device=self.device)
+        with torch.no_grad():
+            for params, bufs in zip(self.params, self.momentum):
+                for name, p in params.items():
+                    g = p.grad if a.weight_decay == 0 else p.grad.add(p, alpha=a.weight_decay)
+                    if a.momentum:
+                        g = bufs[name] = g.clone() if name not in bufs else bufs[name].mul_(a.momentum).add_(g)
+                    p.addcmul_(-lr.view(-1, *[1] * (p.dim() - 1)), g)
+                    p.grad = None
+
+
+def step(runs, batch, chi, clock, autocast):
+    """One training step of every run: R x (x, y, y_clean) batches -> (sums (R, S), histograms (R, M, 2, bins))."""
+    x, y, y_clean = (torch.stack(t) for t in zip(*batch))
+    method = runs.methods[0]  # the group shares everything an objective reads but chi (mutual.cmd_objective)
+    objective = OBJECTIVES[method.mode]
+    keys = (torch.stack([shuffle_keys(run["args"].seed, clock.epoch, clock.step, runs.m, y.shape[1], runs.device)
+                         for run in runs.runs]) if method.select == "shuffled" else None)
+
+    def one(params, x, y, y_clean, chi, r, keys):
+        z = runs.forward(params, x, autocast)
+        out = objective(z, y, method, chi, r, clock, keys)
+        total = sum(out.losses[1:], out.losses[0])
+        return total, step_sums(z, y, y_clean, total, out), torch.stack(out.h)
+
+    chi_dim = None if chi is None else 0
+    total, sums, h = vmap(one, in_dims=(0, 0, 0, 0, chi_dim, 0, None if keys is None else 0))(
+        runs.params, x, y, y_clean, chi, runs.r, keys)
+    total.sum().backward()  # each run's gradient is its own total's: the runs share no parameter
+    noisy = (y != y_clean).float().repeat_interleave(runs.m, 0)  # (R M, N)
+    hist = entropy_histogram(h.flatten(0, 1), noisy, runs.k).view(len(runs.runs), runs.m, 2, ENTROPY_BINS)
+    return sums.detach(), hist
+
+
+@torch.no_grad()
+def evaluate(runs, autocast):
+    """train.py's evaluation (report.evaluate) of every run: [{test_acc_a, ..., test_acc_ens, ...}]."""
+    out = [{} for _ in runs.runs]
+    by_data = {}
+    for i, (d, tests, key) in enumerate(runs.data):
+        by_data.setdefault(key, []).append(i)
+    for idx in by_data.values():
+        d, tests, _ = runs.data[idx[0]]
+        params = [{n: p[idx] for n, p in ps.items()} for ps in runs.params]
+        evals = build.eval_batches(d, tests, runs.setups[idx[0]].placement())
+        for name, batches in evals.items():
+            c = torch.zeros(len(idx), runs.m + 2, device=runs.device)  # per run: correct per model, ensemble, n
+            for x, y, _ in batches.epoch(0, 0):
+                z = vmap(lambda ps: runs.forward(ps, x, autocast))(params)  # M x (R, B, K)
+                p = [torch.softmax(z_k.float(), -1) for z_k in z]
+                c += torch.stack([(p_k.argmax(-1) == y).sum(-1) for p_k in p] + [
+                    (sum(p[1:], p[0]).argmax(-1) == y).sum(-1), torch.full((len(idx),), len(y), device=runs.device)],
+                    -1).float()
+            for i, row in zip(idx, c.tolist()):
+                *correct, e, n = row
+                out[i].update(accuracies("test" if not out[i] else name, correct, e, n))
+    return out
+
+
+def train(group_runs, device, log=print):
+    """Train one group (runs that need it) for its epochs; write each run's files. Returns {name: error}."""
+    a0 = group_runs[0]["args"]
+    runs = Runs(group_runs, device)
+    amp = runs.setups[0].amp  # train.py's precision for this device: bf16 autocast on CUDA unless --amp off
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
+                    enabled=amp != "off")
+    for run, setup in zip(group_runs, runs.setups):
+        for f in FILES + ("diverged.json",):
+            if os.path.exists(os.path.join(run["dir"], f)):
+                os.remove(os.path.join(run["dir"], f))
+        os.makedirs(run["dir"], exist_ok=True)
+        config = dict(setup.config, provenance=dict(rundir.provenance(device, 1), engine="tools.batched",
+                                                    group_size=len(group_runs)))
+        rundir.write_json(run["dir"], "config.json", config)
+        np.save(os.path.join(run["dir"], "noisy_labels.npy"), run["noisy"])
+        with open(os.path.join(run["dir"], "sweep.json"), "w") as f:
+            json.dump(run["key"], f)
+    names, steps, k = sum_names(runs.m), runs.batches[0].steps(), runs.k
+    alive, failed, t_start = list(range(len(group_runs))), {}, time.time()
+    for epoch in range(a0.epochs):
+        t0 = time.time()
+        lr = runs.lr()
+        acc = torch.zeros(len(group_runs), len(names), device=device)
+        hist = torch.zeros(len(group_runs), runs.m, 2, ENTROPY_BINS, device=device)
+        epochs = [b.epoch(run["args"].seed, epoch) for b, run in zip(runs.batches, group_runs)]
+        for i in range(steps):
+            clock = Clock(epoch, i, steps, a0.epochs, 0)  # the seed of each run's shuffle_keys is its own
+            chis = [m.chi(clock.t, a0.epochs, k) for m in runs.methods]
+            chi = None if chis[0] is None else torch.tensor(chis, dtype=torch.float64, device=device)
+            sums, h = step(runs, [next(e) for e in epochs], chi, clock, autocast)
+            runs.sgd(lr, a0)
+            acc += sums
+            hist += h
+        s_all = acc.tolist()
+        results = evaluate(runs, autocast)
+        for j in list(alive):
+            run, s = group_runs[j], dict(zip(names, s_all[j]))
+            if s["nonfinite"] > 0:
+                failed[run["name"]] = f"loss became NaN/inf in epoch {epoch + 1}"
+                rundir.write_json(run["dir"], "diverged.json", dict(error=failed[run["name"]], epoch=epoch + 1))
+                alive.remove(j)
+                continue
+            method = runs.methods[j]
+            head = dict(epoch=epoch + 1, lr=lr[j], chi=method.chi(epoch + 1, a0.epochs, k), seconds=time.time() - t0)
+            row = epoch_row(s, results[j], head, k, known_clean=run["args"].noise != "none")
+            rundir.append_metrics(run["dir"], row)
+            rundir.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k,
+                                       (method.chi(epoch, a0.epochs, k), row["chi"]), run["args"].noise != "none")
+            run["row"] = row
+            with open(os.path.join(run["dir"], "train.log"), "a") as f:
+                f.write(epoch_line(row, runs.m) + "\n")
+        for m in runs.models:
+            for o, sc in zip(m.opts, m.scheds):
+                o.step()  # it holds no gradient: only its lr schedule moves
+                sc.step()
+        samples = s_all[0][names.index("samples")]
+        runs.r = [confidence_from_sum(acc[:, names.index(f"entropy_{x}")], samples, k) for x in NAMES[:runs.m]]
+        if not alive:
+            break
+        log(f"epoch {epoch + 1:3d}/{a0.epochs} | {len(alive)}/{len(group_runs)} runs | "
+            f"test mean {np.mean([results[j]['test_acc_mean'] for j in alive]):.1f} | {time.time() - t0:.1f}s")
+    for j in alive:
+        run = group_runs[j]
+        summary = dict(final_accuracies(run["row"]), epochs=a0.epochs, seconds=round(time.time() - t_start, 1))
+        rundir.write_json(run["dir"], "summary.json", summary)  # last: the run is finished
+    return failed
+
+
+def run_jobs(todo, device="auto", log=print):
+    """Train tools.sweep's jobs ({name, dir, key, argv}) that are not finished or diverged, group by group.
+    Returns {name: error}; a diverged run's error names NaN, as train.py's does. Raises BadInput first if a job
+    cannot be batched."""
+    runs = []
+    for i, job in enumerate(todo):
+        run = dict(job, args=resolved(job["argv"], quiet=i > 0))
+        check(run)
+        if not done(run):
+            runs.append(run)
+    failed = {}
+    dev = pick_device(device)
+    for g in group(runs):
+        log(f"batched: {len(g)} runs on {dev.type}: " + ", ".join(r["name"] for r in g[:4]) +
+            (", ..." if len(g) > 4 else ""))
+        failed.update(train(g, dev, log))
+    return failed
+
+
+def run_grid(todo, jobs, device, batched=None):
+    """tools.demo's and tools.attribution's runner: these runs through this engine if batched (None: where the
+    device is a GPU), else one train.py process per run, `jobs` at a time (tools.sweep.run_jobs). Returns
+    {name: error}; a job that cannot be batched: one line, exit 2."""
+    if batched is None:
+        batched = pick_device(device).type == "cuda"
+    if not batched:
+        return sweep.run_jobs(todo, jobs=jobs)
+    try:
+        return run_jobs(todo, device)
+    except BadInput as e:
+        if str(e):
+            print(f"batched.py: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def batched_flag(p):
+    """--batched / --no-batched for tools.demo and tools.attribution."""
+    p.add_argument("--batched", action=argparse.BooleanOptionalAction, default=None,
+                   help="train the runs in one process with tools.batched (default: on a GPU; one train.py process "
+                        "per run, --jobs at a time, on the CPU)")
+
+
+# ---------------------------------------------------------------- the command line
+def expand(argv, zipped):
+    """[(name, train.py argv)] of every run the lists in argv make (their product, or their positions)."""
+    lists, rest, i = {}, [], 0
+    while i < len(argv):
+        flag, value = argv[i].split("=", 1) if "=" in argv[i] else (argv[i], None)
+        if flag[2:] in VARY:
+            if value is None:
+                if i + 1 >= len(argv):
+                    raise BadInput(f"{flag} needs a value")
+                value, i = argv[i + 1], i + 1
+            values = value.split(",")
+            if (len(set(values)) != len(values) and not zipped) or "" in values:
+                raise BadInput(f"{flag} {value} lists a value twice or an empty one; list each value once")
+            lists[flag[2:]] = values
+        else:
+            rest.append(argv[i])
+        i += 1
+    if zipped and len({len(v) for v in lists.values()}) > 1:
+        raise BadInput("--zip pairs the lists by position, and they differ in length (" + ", ".join(
+            f"--{k} {len(v)}" for k, v in lists.items()) + "); give each the same number of values")
+    combos = zip(*lists.values()) if zipped else itertools.product(*lists.values())
+    return [(dict(zip(lists, c)), rest + [a for k, v in zip(lists, c) for a in (f"--{k}", v)]) for c in combos]
+
+
+def name_of(values, args):
+    flags = ["--mode", args.mode, "--lc", args.lc, "--noise", args.noise, "--rate", str(args.rate)]
+    flags += [a for k in ("eta", "b") if k in values for a in (f"--{k}", values[k])]
+    return run_name(flags) + (f"-lr{values['lr']}" if "lr" in values else "") + f"-s{args.seed}"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return 0
+    zipped = "--zip" in argv
+    argv = [a for a in argv if a != "--zip"]
+    try:
+        out_i = max(i for i, a in enumerate(argv) if a == "--out")
+        out, argv = argv[out_i + 1], argv[:out_i] + argv[out_i + 2:]
+    except (ValueError, IndexError):
+        print("batched.py: error: give --out DIR, the folder the runs go to", file=sys.stderr)
+        return 2
+    try:
+        todo = []
+        for values, run_argv in expand(argv, zipped):
+            args = resolved(run_argv + ["--out", out], quiet=True)
+            d = os.path.join(out, name_of(values, args))
+            todo.append(dict(name=os.path.basename(d), dir=d, key=run_argv, argv=run_argv + ["--out", d]))
+        if len({j["dir"] for j in todo}) != len(todo):
+            raise BadInput("two runs would share a folder; list each value once")
+        t0 = time.time()
+        failed = run_jobs(todo, resolved(todo[0]["argv"], quiet=True).device if todo else "auto")
+    except BadInput as e:
+        if str(e):
+            print(f"batched.py: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("batched.py: stopped by Ctrl-C; run the same command again (finished runs are skipped, the others "
+              "start again from epoch 1)", file=sys.stderr)
+        return 130
+    print(f"{len(todo)} runs, {len(failed)} diverged, {time.time() - t0:.0f} s: {out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
