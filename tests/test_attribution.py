@@ -11,7 +11,7 @@ import pytest
 from test_faults import readme_and_docs, shown_commands
 from test_mnist import write_idx
 
-from tools import attribution, demo
+from tools import attribution, demo, demo_grid
 
 
 def scored(values, diverged=()):
@@ -62,7 +62,7 @@ def test_the_published_selection_counts_at_40_percent():
 
 def test_every_stage_end_to_end_on_tiny_files_and_the_tables_from_the_raw_data_alone(tmp_path, monkeypatch):
     write_idx(tmp_path / "data", n_train=160, n_test=40)
-    monkeypatch.setattr(demo, "BASE", ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2",
+    monkeypatch.setattr(demo_grid, "BASE", ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2",
                                        "--augment", "none", "--weight-decay", "0", "--epochs", "2", "--milestones", "1",
                                        "--batch-size", "32", "--noise", "sym", "--rate", "0.4"])
     monkeypatch.setitem(attribution.GRIDS, 0.6, {row: (0.05,) for row in ("zero", "all", "cmdp", "shuffled")})
@@ -134,7 +134,7 @@ def test_every_attribution_command_shown_in_the_docs_is_accepted(capsys):
 
 def test_the_stages_run_through_tools_batched(tmp_path, monkeypatch):
     write_idx(tmp_path / "data", n_train=160, n_test=40)
-    monkeypatch.setattr(demo, "BASE", ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2",
+    monkeypatch.setattr(demo_grid, "BASE", ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2",
                                        "--augment", "none", "--weight-decay", "0", "--epochs", "2", "--milestones", "1",
                                        "--batch-size", "32", "--noise", "sym", "--rate", "0.4"])
     monkeypatch.setitem(attribution.GRIDS, 0.6, {row: (0.05,) for row in ("zero", "cmdp")})
@@ -146,11 +146,9 @@ def test_the_stages_run_through_tools_batched(tmp_path, monkeypatch):
     runs = attribution.load_dir(out, 0.6)
     assert len(runs) == 4 and all(r["provenance"]["engine"] == "tools.batched" for r in runs.values())
     # tools.demo's stages take the same runner
-    stage = os.path.join(out, "demo")
-    monkeypatch.setattr(demo, "DATA", ["--dataset", "fashionmnist", "--data-dir", str(tmp_path / "data")])
-    todo = [demo.job(stage, "zero", ["--mode", "zero", "--lr", "0.05"], s, ["--device", "cpu", "--workers", "0"])
-            for s in (0, 1)]
-    trained = [0]
-    assert demo.run(todo, argparse.Namespace(jobs=1, device="cpu", batched=True), trained) == {} and trained == [2]
+    plan = demo_grid.Plan(os.path.join(out, "demo"), demo_grid.data_flags(str(tmp_path / "data")),
+                          ["--device", "cpu", "--workers", "0"])
+    todo = [plan.job("select", "zero", ["--mode", "zero", "--lr", "0.05"], s) for s in (0, 1)]
+    assert demo.run(todo, argparse.Namespace(jobs=1, device="cpu", batched=True)) == ({}, 2)
     assert all(json.load(open(os.path.join(j["dir"], "config.json")))["provenance"]["engine"] == "tools.batched"
                for j in todo)

@@ -7,7 +7,12 @@ import os
 
 import pytest
 
-from tools import demo, stats
+from tools import demo_grid as demo
+from tools import demo_tables, stats
+
+
+def plan(out):
+    return demo.Plan(out, demo.data_flags(), [])
 
 
 def fake_run(d, val, test, memorised=None, epochs=8, peers=2):
@@ -46,7 +51,7 @@ def val_of(row, lr, eta, b, seed):
 
 def test_select_chooses_the_best_mean_validation_accuracy_and_ce_cmdp_follows_mylc_cmdp(tmp_path):
     out = str(tmp_path)
-    for job in demo.select_jobs(out, []):
+    for job in demo.select_jobs(plan(out)):
         row = next(r for r in demo.GRID if job["name"].startswith(r + "-lr")) if "clean" not in job["name"] else None
         if row is None:
             continue
@@ -61,7 +66,7 @@ def test_select_chooses_the_best_mean_validation_accuracy_and_ce_cmdp_follows_my
     assert math.isclose(choice["mylc-cmdp"]["val"], 80 + 1.0 + 0.15)  # the mean over the two seeds
     with pytest.raises(RuntimeError, match="ce-cmdp"):
         demo.choose(out, ["ce-cmdp"], choice)  # its runs have not finished
-    extra = [j for j in demo.select_jobs(out, [], choice) if j["name"].startswith("ce-cmdp")]
+    extra = [j for j in demo.select_jobs(plan(out), choice) if j["name"].startswith("ce-cmdp")]
     assert len(extra) == len(demo.LRS) * len(demo.SELECT_SEEDS)
     assert all("--eta" in j["argv"] and j["argv"][j["argv"].index("--eta") + 1] == "2" and
                j["argv"][j["argv"].index("--b") + 1] == "-5" for j in extra)
@@ -71,9 +76,9 @@ def test_select_chooses_the_best_mean_validation_accuracy_and_ce_cmdp_follows_my
     assert choice["ce-cmdp"]["lr"] == 0.035
     full = demo.derived(choice)
     assert full["control"]["lr"] == 2 * 0.07 and full["cohort"]["eta"] == 2.0 and full["clean"]["lr"] == demo.BASE_LR
-    table = "\n".join(demo.select_table(out, choice))
+    table = "\n".join(demo_tables.settings_table(out, list(demo.GRID) + ["ce-cmdp"], choice, ("η", "b")))
     assert table.count("**✓**") == 6
-    demo.heat_map(out, str(tmp_path / "heat.png"))
+    demo_tables.heat_map(out, str(tmp_path / "heat.png"))
     assert (tmp_path / "heat.png").stat().st_size > 1000
 
 
@@ -88,7 +93,7 @@ def test_memorisation_timing_and_the_preconditions(tmp_path):
     n = 8
     slow = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5]   # a quarter (epoch 2): 0.05; half of 0.5 first at epoch 6
     fast = [0.3, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5]     # half first at epoch 1
-    assert demo.memorisation_timing([{"memorized_a": m, "memorized_b": m} for m in slow]) == (0.5, 0.05, 6, n)
+    assert demo_tables.memorisation_timing([{"memorized_a": m, "memorized_b": m} for m in slow]) == (0.5, 0.05, 6, n)
     for s in demo.SELECT_SEEDS:
         fake_run(str(tmp_path / f"clean-{s}"), 80, 85)
         fake_run(str(tmp_path / f"slow-{s}"), 70, 75, slow)
@@ -96,7 +101,7 @@ def test_memorisation_timing_and_the_preconditions(tmp_path):
         fake_run(str(tmp_path / f"mild-{s}"), 70, 82, slow)
     clean = [str(tmp_path / f"clean-{s}") for s in demo.SELECT_SEEDS]
     for kind, ok in (("slow", True), ("fast", False), ("mild", False)):
-        lines, holds = demo.preconditions({kind: [str(tmp_path / f"{kind}-{s}") for s in demo.SELECT_SEEDS]}, clean)
+        lines, holds = demo_tables.preconditions({kind: [str(tmp_path / f"{kind}-{s}") for s in demo.SELECT_SEEDS]}, clean)
         assert holds == ok, lines
 
 
@@ -104,7 +109,7 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
     out = str(tmp_path)
     choice = demo.derived({r: dict(lr=0.05, eta=4.0 if "cmd" in r else None, b=-5.0 if "cmd" in r else None, val=1)
                            for r in ("ce-zero", "mylc-zero", "mylc-all", "mylc-cmds", "mylc-cmdp", "ce-cmdp")})
-    jobs = demo.report_jobs(out, choice, demo.REPORT_SEEDS, [])
+    jobs = demo.report_jobs(plan(out), choice, demo.REPORT_SEEDS)
     assert len(jobs) == (len(demo.ROWS) - len(demo.KNOBS)) * 5  # without the comparators until compare chose them
     for j in jobs:
         row, seed = j["name"].rsplit("-s", 1)
@@ -112,7 +117,7 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
         base = 70 + seed  # seeds differ a lot; paired differences remove it
         test = {"mylc-cmdp": base + 1 + 0.1 * seed, "mylc-all": base + (1 if seed % 2 else -1)}.get(row, base)
         fake_run(j["dir"], 60, test, peers=3 if row == "cohort" else 2)
-    table = "\n".join(demo.report_table(out, choice, demo.REPORT_SEEDS))
+    table = "\n".join(demo_tables.report_table(out, choice, demo.REPORT_SEEDS))
     cmdp = next(line for line in table.splitlines() if line.startswith("| MyLC, CMD-P |"))
     assert "+1.20 [" in cmdp and "**win**" in cmdp and "| 5/5 |" in cmdp
     assert "| +1.40 [" in cmdp  # against all knowledge, paired on the same seeds
@@ -124,7 +129,7 @@ def test_the_report_pairs_seeds_and_calls_a_win_only_when_the_interval_is_above_
 
 def test_early_stopping_reads_the_test_accuracy_at_the_best_validation_epoch():
     rows = [dict(val_acc_mean=v, test_acc_mean=t) for v, t in ((50, 60), (70, 65), (70, 66), (60, 80))]
-    assert demo.early_stopped(rows) == 65
+    assert demo_tables.early_stopped(rows) == 65
 
 
 def test_the_readmes_fashion_mnist_numbers_are_the_reports():
@@ -145,7 +150,7 @@ def test_the_readmes_fashion_mnist_numbers_are_the_reports():
 
 def test_compare_chooses_each_comparators_lr_and_knob_and_the_report_runs_them(tmp_path):
     out = str(tmp_path)
-    todo = demo.compare_jobs(out, [])
+    todo = demo.compare_jobs(plan(out))
     assert len(todo) == (4 * 3 + 1) * len(demo.LRS) * len(demo.SELECT_SEEDS)  # four knobs on 3 values, the oracle
     best = {"coteach": ("0.05", "forget-rate0.3"), "coteach+": ("0.07", "forget-rate0.5"),
             "jocor": ("0.1", "jocor-lambda0.85"), "gce-zero": ("0.025", "gce-q0.9"), "coteach-oracle": ("0.035", "")}
@@ -154,12 +159,12 @@ def test_compare_chooses_each_comparators_lr_and_knob_and_the_report_runs_them(t
         lr, knob = best[row]
         hit = f"-lr{lr}" in j["name"] and (knob in j["name"])
         fake_run(j["dir"], 80 if hit else 70, 70)
-    picked = demo.choose_compare(out)
+    picked = demo.choose(out, list(demo.KNOBS))
     assert picked["coteach"]["lr"] == 0.05 and picked["coteach"]["knob"] == ("--forget-rate", 0.3)
     assert picked["jocor"]["knob"] == ("--jocor-lambda", 0.85) and picked["coteach-oracle"]["knob"] is None
-    assert "\n".join(demo.compare_table(out, picked)).count("**✓**") == 5
+    assert "\n".join(demo_tables.settings_table(out, list(demo.KNOBS), picked, ("knob",))).count("**✓**") == 5
     choice = json.loads(json.dumps(picked))  # as choice.json holds it: the knob as a list
-    jobs = demo.report_jobs(str(tmp_path / "r"), choice, (0,), [])
+    jobs = demo.report_jobs(plan(str(tmp_path / "r")), choice, (0,))
     gce = next(j for j in jobs if j["name"] == "gce-zero-s0")["argv"]
     assert gce[gce.index("--gce-q") + 1] == "0.9" and gce[gce.index("--lc") + 1] == "gce"
     oracle = next(j for j in jobs if j["name"] == "coteach-oracle-s0")["argv"]

@@ -32,7 +32,7 @@ import shlex
 import sys
 import time
 
-from tools import batched, demo, rawdata
+from tools import batched, demo_grid, demo_tables, rawdata
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics
 
@@ -57,7 +57,7 @@ GRIDS = {
     0.6: {row: (0.05, 0.07, 0.1, 0.14, 0.2, 0.28) for row in ("zero", "all", "cmdp", "shuffled")},
 }
 PUBLISHED = {"zero": "MyLC, zero knowledge", "all": "MyLC, all knowledge (η = 1)", "cmdp": "MyLC, CMD-P"}
-SELECT_SEEDS, REPORT_SEEDS, CLEAN_SEEDS = demo.SELECT_SEEDS, demo.REPORT_SEEDS, (0, 1)
+SELECT_SEEDS, REPORT_SEEDS, CLEAN_SEEDS = demo_grid.SELECT_SEEDS, demo_grid.REPORT_SEEDS, (0, 1)
 # (row, against): the paired differences the report prints; the first answers the question
 PAIRS = [("cmdp", "shuffled"), ("cmdp", "all"), ("cmdp", "zero"), ("shuffled", "zero"), ("all", "zero"),
          ("step", "zero"), ("cmdp", "step"), ("mean", "zero"), ("cmdp", "mean"), ("coteach", "zero"),
@@ -66,8 +66,8 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def flags(row, rate, lr):
-    """train.py's flags of a row at a noise rate and lr: the demonstration's regime (demo.BASE) at this rate."""
-    base = [f"{rate:g}" if i and demo.BASE[i - 1] == "--rate" else v for i, v in enumerate(demo.BASE)]
+    """train.py's flags of a row at a noise rate and lr: the demonstration's regime (demo_grid.BASE) at this rate."""
+    base = [f"{rate:g}" if i and demo_grid.BASE[i - 1] == "--rate" else v for i, v in enumerate(demo_grid.BASE)]
     return base + ROWS[row][1] + ["--lr", f"{lr:g}"]  # later flags win: the clean row's --noise none --rate 0
 
 
@@ -94,7 +94,7 @@ def load_dir(out, rate):
                 prov = json.load(f).get("provenance")
             with open(os.path.join(d, "sweep.json")) as f:
                 key = json.load(f)
-            rows = demo.rows_of(d) if os.path.exists(os.path.join(d, "metrics.jsonl")) else []
+            rows = demo_grid.rows_of(d) if os.path.exists(os.path.join(d, "metrics.jsonl")) else []
             runs[os.path.relpath(d, os.path.dirname(os.path.dirname(d)))] = dict(rows=rows, diverged=bad, flags=key,
                                                                                  provenance=prov)
     return runs
@@ -203,7 +203,7 @@ def report_cells(rate, choice, rows=None):
     choice, the step-size control at 2x CMD-P's lr, the normalised control at CMD-P's, the clean reference on
     CLEAN_SEEDS. rows: only these."""
     lr = {row: c["lr"] for row, c in choice.items()}
-    lr.update(step=2 * lr["cmdp"], mean=lr["cmdp"], clean=demo.BASE_LR)
+    lr.update(step=2 * lr["cmdp"], mean=lr["cmdp"], clean=demo_grid.BASE_LR)
     return [(row, lr[row], s) for s in REPORT_SEEDS for row in lr
             if (row != "clean" or s in CLEAN_SEEDS) and (rows is None or row in rows)]
 
@@ -235,7 +235,7 @@ def report_table(runs, rate, choice):
              "recall | seeds |", "|---" * 9 + "|"]
     for row, seeds in got.items():
         acc = mean_std([r[-1]["test_acc_mean"] for r in seeds.values()])
-        es = mean_std([demo.early_stopped(r) for r in seeds.values()])
+        es = mean_std([demo_tables.early_stopped(r) for r in seeds.values()])
         diag = [] if row == "clean" else [diagnostics(rows) for rows in seeds.values()]
         dia = [mean_std([d[k] for d in diag if d[k] is not None] or [math.nan]) for k in
                ("memorized", "selected", "precision", "recall")]
@@ -254,7 +254,7 @@ def preconditions(runs, rate, choice):
     if "zero" not in got or "clean" not in got:
         return ["(zero knowledge's or the clean reference's report runs are not among these runs)"], None
     label = f"MyLC, zero knowledge at lr {choice['zero']['lr']:g}"
-    return demo.preconditions_of({label: list(got["zero"].values())}, list(got["clean"].values()))
+    return demo_tables.preconditions_of({label: list(got["zero"].values())}, list(got["clean"].values()))
 
 
 # ---------------------------------------------------------------- main
@@ -265,7 +265,7 @@ def run_cells(args, cells, stage, data, extra, log):
     if args.dry_run:
         try:
             for j in todo:
-                if not demo.finished(j["dir"]):
+                if not demo_grid.finished(j["dir"]):
                     print(shlex.join(["python", "train.py", *j["argv"]]))
             sys.stdout.flush()
         except BrokenPipeError:  # | head: the reader has what it wanted
@@ -315,7 +315,7 @@ def render(runs, rate, choice, where, footer, published=False):
             "test accuracy: the mean of the two models' final-epoch accuracies, mean ± std over seeds. Early-stopped: "
             "the test accuracy at each run's best validation epoch. Diagnostics: means over epochs and the two "
             "directions (memorised: the last epoch).", ""] + report_table(runs, rate, choice) +
-            ["", "Preconditions on zero knowledge at its chosen lr: " + demo.PRECONDITIONS + "."] + lines +
+            ["", "Preconditions on zero knowledge at its chosen lr: " + demo_grid.PRECONDITIONS + "."] + lines +
             [f"All hold: {({True: 'yes', False: 'no'}).get(ok, 'not known')}.", "", footer])
 
 

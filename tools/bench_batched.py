@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from tools import batched, demo, sweep
+from tools import batched, demo_grid, sweep
 
 FORWARD = 2 * (768 * 512 + 512 * 512 + 512 * 10)  # FLOPs of one MLP on one image (AdaptiveAvgPool2d aside)
 TRAIN, EVAL = 7200, 720 + 10000  # the demonstration's training images; validation and test images
@@ -34,7 +34,7 @@ def jobs(out, runs, epochs, data_dir, device):
     todo = []
     for i in range(runs):
         lr, seed = lrs[i % len(lrs)], i // len(lrs)
-        key = (["--dataset", "fashionmnist", "--data-dir", data_dir] + demo.BASE +
+        key = (["--dataset", "fashionmnist", "--data-dir", data_dir] + demo_grid.BASE +
                ["--mode", "progressive", "--lc", "mylc", "--lr", f"{lr:g}", "--seed", str(seed), "--epochs",
                 str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off"])
         d = os.path.join(out, f"run{i}")
