@@ -27,7 +27,7 @@ import torch
 import models
 import train
 from mutual import NAMES
-from training import config, datasets, rundir
+from training import config, datasets, runfiles
 from training.batches import Placement
 from training.report import evaluate
 
@@ -81,7 +81,7 @@ def settings(args, rest):
     if not os.path.isdir(args.run):
         config.fail(f"{args.run} does not exist; check the path")
     try:
-        run, info = rundir.read_json(args.run, "config.json"), rundir.read_json(args.run, "weights.json")
+        run, info = runfiles.read_json(args.run, "config.json"), runfiles.read_json(args.run, "weights.json")
     except (OSError, ValueError) as e:
         config.fail(f"{args.run} holds no finished run with weights (config.json and weights.json: "
                     f"{type(e).__name__}); train it to the end (--resume), or pass --weights FILE --arch NAME")

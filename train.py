@@ -39,7 +39,7 @@ import torch.distributed as dist
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from noise import add_noise
-from training import datasets, rundir
+from training import datasets, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, eval_batches, load_data
 from training.cifar_n import human_labels
@@ -74,7 +74,7 @@ def main(argv=None):
     run = open_run(args, setup)
     if run.finished(args.epochs):
         setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
-        return rundir.read_json(args.out, "summary.json")
+        return runfiles.read_json(args.out, "summary.json")
 
     d, train, tests, noisy = data_and_labels(args, run, setup)  # §4.1: the given labels are noisy
     models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)

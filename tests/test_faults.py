@@ -25,7 +25,7 @@ import evaluate
 import models
 import train
 from tools import paper_tables, sweep
-from training import config, datasets, rundir
+from training import config, datasets, presets, rundir
 from training.progress import Display, Progress
 
 RUN = TINY + ["--epochs", "1"]
@@ -311,9 +311,9 @@ def test_epochs_alone_scale_the_presets_milestones(capsys):
     assert args.milestones == [3, 4]  # the cnn preset's 10, 15 of 20 epochs
     assert "scaled to --epochs 5: 3, 4" in capsys.readouterr().out
     assert config.resolve(config.get_args(["--dataset", "synthetic"])).milestones == [10, 15]
-    assert config.scale_milestones([50, 80], 100, 10) == [5, 8]
-    assert config.scale_milestones([50, 80], 100, 2) == [1]  # 1.0 and 1.6: both round into 1..1, once
-    assert config.scale_milestones([60, 120, 160], 200, 1) == []  # nothing fits strictly inside one epoch
+    assert presets.scale_milestones([50, 80], 100, 10) == [5, 8]
+    assert presets.scale_milestones([50, 80], 100, 2) == [1]  # 1.0 and 1.6: both round into 1..1, once
+    assert presets.scale_milestones([60, 120, 160], 200, 1) == []  # nothing fits strictly inside one epoch
     with pytest.warns(UserWarning, match="--milestones 6, 9 at or after --epochs 5"):
         config.resolve(config.get_args(["--dataset", "synthetic", "--epochs", "5", "--milestones", "2,6,9"]))
 

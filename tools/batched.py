@@ -29,9 +29,7 @@ import copy
 import io
 import itertools
 import json
-import math
 import os
-import shutil
 import sys
 import time
 
@@ -43,7 +41,7 @@ import models
 from label_correction import confidence_from_sum
 from mutual import CMD_MODES, ENTROPY_BINS, NAMES, OBJECTIVES, Clock, Method, entropy_histogram, shuffle_keys, step_sums, sum_names
 from noise import add_noise
-from training import build, rundir
+from training import build, rundir, runfiles
 from training.batches import Batches
 from training.config import get_args, pick_device, resolve
 from training.report import accuracies, epoch_row, epoch_line, final_accuracies
@@ -233,7 +231,7 @@ def train(group_runs, device, log=print):
         os.makedirs(run["dir"], exist_ok=True)
         config = dict(setup.config, provenance=dict(rundir.provenance(device, 1), engine="tools.batched",
                                                     group_size=len(group_runs)))
-        rundir.write_json(run["dir"], "config.json", config)
+        runfiles.write_json(run["dir"], "config.json", config)
         np.save(os.path.join(run["dir"], "noisy_labels.npy"), run["noisy"])
         with open(os.path.join(run["dir"], "sweep.json"), "w") as f:
             json.dump(run["key"], f)
@@ -259,14 +257,14 @@ def train(group_runs, device, log=print):
             run, s = group_runs[j], dict(zip(names, s_all[j]))
             if s["nonfinite"] > 0:
                 failed[run["name"]] = f"loss became NaN/inf in epoch {epoch + 1}"
-                rundir.write_json(run["dir"], "diverged.json", dict(error=failed[run["name"]], epoch=epoch + 1))
+                runfiles.write_json(run["dir"], "diverged.json", dict(error=failed[run["name"]], epoch=epoch + 1))
                 alive.remove(j)
                 continue
             method = runs.methods[j]
             head = dict(epoch=epoch + 1, lr=lr[j], chi=method.chi(epoch + 1, a0.epochs, k), seconds=time.time() - t0)
             row = epoch_row(s, results[j], head, k, known_clean=run["args"].noise != "none")
-            rundir.append_metrics(run["dir"], row)
-            rundir.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k,
+            runfiles.append_metrics(run["dir"], row)
+            runfiles.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k,
                                        (method.chi(epoch, a0.epochs, k), row["chi"]), run["args"].noise != "none")
             run["row"] = row
             with open(os.path.join(run["dir"], "train.log"), "a") as f:
@@ -284,7 +282,7 @@ def train(group_runs, device, log=print):
     for j in alive:
         run = group_runs[j]
         summary = dict(final_accuracies(run["row"]), epochs=a0.epochs, seconds=round(time.time() - t_start, 1))
-        rundir.write_json(run["dir"], "summary.json", summary)  # last: the run is finished
+        runfiles.write_json(run["dir"], "summary.json", summary)  # last: the run is finished
     return failed
 
 

@@ -1,6 +1,6 @@
 """Many runs in one process against one process per run, side by side (`python -m tools.bench batched`).
 
-    python -m tools.bench batched                          # CPU: 8 runs of the demonstration's MLP pair, 2 epochs
+    python -m tools.bench batched --device cpu             # CPU: 8 runs of the demonstration's MLP pair, 2 epochs
     python -m tools.bench batched --runs 64 --device cuda  # one GPU: also TFLOP/s, memory per run, largest R
 
 The runs are the Fashion-MNIST demonstration's (tools/demo.py's regime: two MLPs on 7,200 images, 720 for
@@ -22,6 +22,7 @@ import time
 import torch
 
 from tools import batched, demo_grid, sweep
+from training import config
 
 FORWARD = 2 * (768 * 512 + 512 * 512 + 512 * 10)  # FLOPs of one MLP on one image (AdaptiveAvgPool2d aside)
 TRAIN, EVAL = 7200, 720 + 10000  # the demonstration's training images; validation and test images
@@ -55,7 +56,7 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=8, help="R, the runs (default 8)")
     p.add_argument("--epochs", type=int, default=2, help="epochs of each run (default 2)")
     p.add_argument("--jobs", type=int, default=2, help="train.py processes at a time for the comparison (default 2)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    config.add_device_flag(p)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="the four Fashion-MNIST IDX files")
     p.add_argument("--skip-processes", action="store_true", help="time only the batched runs")
     p.add_argument("--json", help="write the figures here")
@@ -65,7 +66,8 @@ def main(argv=None):
     if not os.path.isdir(args.data_dir):
         p.error(f"--data-dir {args.data_dir} not found: apt-get install dataset-fashion-mnist, or give the folder")
     if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: torch sees no CUDA device")
+        p.error(config.NO_CUDA)
+    args.device = config.pick_device(args.device).type
     cuda = args.device == "cuda"
     tmp = tempfile.mkdtemp(prefix="bench-batched-")
     try:

@@ -83,7 +83,7 @@ def settings_table(out, rows, choice, columns):
 
 def heat_map(out, path):
     """Validation accuracy of MyLC CMD-S (b = 0) and CMD-P over (eta, b), each cell its best lr."""
-    from tools.plot import pyplot, save  # matplotlib only for the figure: select's table and choice need none
+    from tools.plot_style import pyplot, save  # matplotlib only for the figure: select's table and choice need none
     plt = pyplot()
     bs = sorted({b for _, b in demo.ETA_B} | {0.0})
     grid = [[max((demo.val_score(out, "mylc-cmds" if b == 0 else "mylc-cmdp", demo.Setting(lr, eta, b))[0] or -1, lr)

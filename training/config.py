@@ -1,8 +1,6 @@
 """train.py's command line (paper §4 and appendix C): every flag with its paper symbol, and the presets.
 
-Preset, PRESETS -- appendix C's optimisation settings, one table that both preset() and --help read
-preset          -- the settings of a dataset and architecture
-scale_milestones -- a preset's milestones at the same fractions of a shorter or longer run
+(appendix C's optimisation presets, which both resolve and --help read, are presets.py)
 get_args        -- the flags
 resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values
 fail            -- bad input: one line on stderr, exit 2
@@ -16,7 +14,6 @@ import os
 import sys
 import warnings
 from dataclasses import fields
-from typing import NamedTuple
 
 import torch
 
@@ -24,66 +21,8 @@ import models
 from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Method
 from schedule import chi
 from training import cifar_n, datasets
+from training.presets import DEFAULT_ARCH, REAL_NOISE, preset, presets_help, scale_milestones
 from training.synthetic import Synthetic
-
-REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
-DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
-                "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34",
-                "fashionmnist": "resnet18", "mnist": "cnn"}
-
-
-class Preset(NamedTuple):
-    dataset: str | None            # None: any dataset
-    archs: tuple[str, ...] | None  # None: any architecture (of model A)
-    epochs: int
-    batch_size: int
-    lr: float
-    milestones: tuple[int, ...]
-    lr_decay: float
-    momentum: float
-    weight_decay: float
-    why: str
-
-
-# Appendix C's optimisation settings. The first row that matches the dataset and model A's arch wins;
-# every flag given on the command line overrides its entry. Both preset() and --help read this table.
-PRESETS = [
-    Preset("food101", None, 100, 32, 0.01, (50, 80), 0.1, 0.9, 5e-4, "the paper's 90/10 split is --val-split 0.1"),
-    Preset("webvision", None, 80, 32, 0.01, (40,), 0.1, 0.9, 5e-4,
-           "'divided by 10 in each epoch after the 40th' read as one /10 at 40; "
-           "--milestones 40,41,...,79 for the literal reading"),
-    Preset(None, ("resnet50",), 200, 64, 0.01, (40, 80), 0.1, 0.9, 1e-3,
-           "'the same settings as CDR' (Xia et al. 2021), from CDR's public code"),
-    Preset(None, ("resnet18", "shufflenetv2"), 200, 128, 0.1, (60, 120, 160), 0.2, 0.9, 5e-4,
-           "'ShuffleNetV2 and ResNet28' read as ResNet18"),
-    Preset(None, ("cnn", "mlp"), 20, 128, 0.05, (10, 15), 0.1, 0.9, 5e-4, "not in the paper: a short schedule for CPU runs"),
-    Preset(None, None, 100, 128, 0.1, (50, 80), 0.1, 0.9, 5e-4, "ResNet34 in the paper, and any other arch"),
-]
-PRESET_FLAGS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "momentum", "weight_decay")
-
-
-def preset(dataset, arch):
-    """The first row of PRESETS for this dataset and arch, as {flag dest: value}."""
-    row = next(p for p in PRESETS if p.dataset in (None, dataset) and (p.archs is None or arch in p.archs))
-    return {k: list(v) if k == "milestones" else v for k, v in row._asdict().items() if k in PRESET_FLAGS}
-
-
-def scale_milestones(milestones, preset_epochs, epochs):
-    """The preset's milestones at the same fractions of `epochs`: rounded half up, kept strictly inside
-    1..epochs-1 (a milestone at or after the last epoch never applies), without duplicates."""
-    scaled = (math.floor(m * epochs / preset_epochs + 0.5) for m in milestones)
-    return sorted({m for m in scaled if 1 <= m <= epochs - 1})
-
-
-def presets_help():
-    lines = ["optimisation presets (appendix C; the first matching row wins, any flag given overrides it):"]
-    for p in PRESETS:
-        where = f"{p.dataset or 'any dataset'} + {'/'.join(p.archs) if p.archs else 'any arch'}"
-        decay = f"x{p.lr_decay:g} at {', '.join(map(str, p.milestones))}"
-        lines.append(f"  {where:36s} {p.epochs} epochs, lr {p.lr:g} {decay}, batch {p.batch_size}, "
-                     f"SGD momentum {p.momentum:g}, wd {p.weight_decay:g}\n  {'':36s} ({p.why})")
-    return "\n".join(lines)
-
 
 class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):  # show "(default: x)" only where the default is fixed
@@ -101,8 +40,7 @@ def fail(message):
     """Bad input: one line on stderr, exit 2, nothing written. Named after the script run (train.py,
     evaluate.py), train.py when imported elsewhere."""
     script = os.path.basename(sys.argv[0])
-    named = script if script in ('train.py', 'evaluate.py', 'batched.py') else 'train.py'
-    print(f"{named}: error: {message}", file=sys.stderr)
+    print(f"{script if script in ('train.py', 'evaluate.py') else 'train.py'}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 

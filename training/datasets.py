@@ -4,7 +4,7 @@ DATASETS     -- the names load_dataset accepts
 load_dataset -- name -> Data (mini-WebVision's loader is webvision.py)
 Synthetic    -- the settings of the synthetic data set (synthetic.py), load_dataset's `synthetic`
 CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
-IDX          -- where Fashion-MNIST and MNIST live on disk (IDX files, plain or gzipped)
+IDX          -- where Fashion-MNIST and MNIST live on disk (IDX files, plain or gzipped; read by idx.py)
 NO_FLIP      -- the datasets whose paper augmentation is crop-only (batches.Spec(flip=False))
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
@@ -14,12 +14,8 @@ are clean, and take synthetic noise as cifar10/100 do.
 The types they are made of (Data, TensorImages, DataError, ...) are images.py; how batches are
 drawn and augmented is batches.py.
 """
-import contextlib
-import gzip
 import json
 import os
-import struct
-import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -29,10 +25,16 @@ from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
 from training import safe_pickle, webvision
+from training.idx import IDX, read_idx_dataset
 # Data, DataError, take, check_images, ... are images.py's; train.py reaches them through this module too.
 from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataError, FileImages, TensorImages,
                              check_images, first_line, label_array, open_image, require_file, take, to_rgb)
 from training.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, Synthetic, make_synthetic
+
+# Datasets whose paper augmentation is crop-only: a mirrored 2, 3, 4, 5, 6, 7 or 9 is no digit
+# at all, so a flip would teach shapes no test image has. Clothes (fashionmnist) and CIFAR's
+# objects are the same thing mirrored, and flip. train.py passes batches.Spec(flip=...) from it.
+NO_FLIP = ("mnist",)
 
 DATASETS = ("cifar100", "cifar10", "fashionmnist", "mnist", "food101", "webvision", "folder", "synthetic")
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
@@ -63,7 +65,7 @@ def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synth
     if name in CIFAR:
         return _cifar(name, data_dir, image_size, download)
     if name in IDX:
-        return _idx(name, data_dir, image_size, download)
+        return read_idx_dataset(name, data_dir, image_size, download)
     if name == "food101":
         return _food101(data_dir, image_size or 224, download)
     if name == "webvision":
@@ -119,7 +121,7 @@ def _cifar(name, data_dir, image_size, download):
         if not download:
             raise DataError(f"{name} folder {folder} not found and download is off; {how}")
         try:
-            with _tidy_after_failure(data_dir):
+            with tidy_after_failure(data_dir):
                 for train in (True, False):
                     getattr(torchvision.datasets, c.torchvision)(data_dir, train=train, download=True)
         except Exception as err:
@@ -149,23 +151,6 @@ def _cifar(name, data_dir, image_size, download):
     return Data(splits["train"], {"test": splits["test"]}, k, c.mean, c.std)
 
 
-@contextlib.contextmanager
-def _tidy_after_failure(data_dir):
-    """A download that fails leaves no trace: remove the folders torchvision made for it while they are empty."""
-    made = []
-    path = os.path.abspath(data_dir)
-    while not os.path.exists(path):
-        made.append(path)
-        path = os.path.dirname(path)
-    try:
-        yield
-    except BaseException:
-        for path in made:  # deepest first
-            if os.path.isdir(path) and not os.listdir(path):
-                os.rmdir(path)
-        raise
-
-
 def _unpickle(path, keys, archive):
     """Load one CIFAR pickle and check it is a dict holding `keys` of the given types."""
     if not os.path.isfile(path):
@@ -182,162 +167,6 @@ def _unpickle(path, keys, archive):
     return d
 
 
-# ------------------------------------------------------------ Fashion-MNIST and MNIST
-#
-# Both are four IDX files (http://yann.lecun.com/exdb/mnist/): big-endian int32 magic, then
-# one int32 per dimension, then the uint8 values row-major. We parse them ourselves, for the
-# same reason as the CIFAR pickles: torchvision's classes check md5 sums and want their own
-# folder layout, so a copy installed elsewhere (Debian's dataset-fashion-mnist) or a tiny
-# test copy could not be read through them.
-#
-# Representation: the gray channel is repeated to three, uint8 (N, 3, 28, 28) contiguous, as
-# every TensorImages is. Every model in models.py takes 3 channels (their first conv, and
-# mlp's Linear(3 * side * side)), and batches.py normalises and augments 3-channel uint8
-# batches channel by channel; three copies cost 141 MB for the training set (47 MB as one
-# channel) and change nothing else. mean/std are the training set's, the same on each channel.
-
-class Idx(NamedTuple):
-    """Where torchvision downloads an IDX dataset under data_dir, and its training set's statistics."""
-    torchvision: str  # the torchvision.datasets class, and its folder: <data_dir>/<torchvision>/raw/
-    title: str        # the name in messages
-    mean: float       # of the training images' pixels, in [0, 1]
-    std: float
-    elsewhere: str    # where else the files can be had, for the message when none are found
-
-
-IDX = {
-    "fashionmnist": Idx("FashionMNIST", "Fashion-MNIST", 0.2860, 0.3530,
-                        "on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
-                        "/usr/share/datasets/fashion-mnist/ (pass --data-dir /usr/share/datasets/fashion-mnist)"),
-    "mnist": Idx("MNIST", "MNIST", 0.1307, 0.3081,
-                 "Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the four "
-                 "files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) makes, from a "
-                 "machine with internet into --data-dir"),
-}
-IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-             "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-IDX_IMAGES, IDX_LABELS = 0x00000803, 0x00000801  # magic numbers: unsigned byte data, 3 and 1 dimensions
-IDX_CLASSES = 10
-IDX_TRAIN = 60000  # both datasets' training set size
-# Datasets whose paper augmentation is crop-only: a mirrored 2, 3, 4, 5, 6, 7 or 9 is no digit
-# at all, so a flip would teach shapes no test image has. Clothes (fashionmnist) and CIFAR's
-# objects are the same thing mirrored, and flip. train.py passes batches.Spec(flip=...) from it.
-NO_FLIP = ("mnist",)
-
-
-def _idx(name, data_dir, image_size, download):
-    """The four IDX files, each plain or gzipped, in <data_dir> itself or in torchvision's
-    <data_dir>/FashionMNIST/raw/ (<data_dir>/MNIST/raw/ for mnist), the first place that has all four."""
-    c = IDX[name]
-    raw = os.path.join(data_dir, c.torchvision, "raw")
-    files = _find_idx((data_dir, raw))
-    if files is None:
-        failed = " and download is off"
-        if download:
-            try:  # torchvision's downloader (md5-checked); it puts the files in `raw`, plain and gzipped
-                with _tidy_after_failure(raw):
-                    getattr(torchvision.datasets, c.torchvision)(data_dir, train=False, download=True)
-                files = _find_idx((data_dir, raw))
-                failed = ", not even after a download that reported no error"
-            except Exception as err:
-                failed = f" and the download failed ({_download_error(err)})"
-        if files is None:
-            names = ", ".join(n for pair in IDX_FILES.values() for n in pair)
-            raise DataError(f"{c.title} files {names} (each plain or .gz) not found in {data_dir} or {raw}{failed}; "
-                            f"{c.elsewhere}")
-    splits = {}
-    for split, (images_name, labels_name) in IDX_FILES.items():
-        images_path, labels_path = files[images_name], files[labels_name]
-        (n, rows, cols), pixels = _read_idx(images_path, IDX_IMAGES)
-        (m,), labels = _read_idx(labels_path, IDX_LABELS)
-        if split == "test" and (rows, cols) != splits["train"].images.shape[2:]:
-            h, w = splits["train"].images.shape[2:]
-            raise DataError(f"{images_path} holds {rows}x{cols} images, {files['train-images-idx3-ubyte']} "
-                            f"{h}x{w}; put the four files of one copy of {c.title} together")
-        if m != n:
-            raise DataError(f"{labels_path} holds {m} labels for the {n} images of {images_path}; "
-                            f"put the four files of one copy of {c.title} together")
-        if labels.max() >= IDX_CLASSES:
-            i = int(np.argmax(labels >= IDX_CLASSES))
-            raise DataError(f"{labels_path}: label {labels[i]} at index {i} is outside 0..{IDX_CLASSES - 1}; "
-                            f"replace the file with an intact copy of {c.title}'s")
-        # One gray channel -> three identical ones (see the note above); np.repeat makes a
-        # new contiguous, writable array, so torch shares it without a warning.
-        x = np.repeat(pixels.reshape(n, 1, rows, cols), 3, axis=1)
-        splits[split] = TensorImages(torch.from_numpy(x), labels.astype(np.int64))
-    mean = float(splits["train"].images[:, 0].float().mean()) / 255
-    other = next(o for o in IDX if o != name)
-    if len(splits["train"].labels) == IDX_TRAIN and abs(mean - IDX[other].mean) < abs(mean - c.mean):
-        # The two datasets' files have the same names; their full training sets' mean pixel tells them apart.
-        raise DataError(f"the files in {os.path.dirname(files['train-images-idx3-ubyte'])} look like "
-                        f"{IDX[other].title}'s (mean pixel {mean:.3f}; {IDX[other].title} {IDX[other].mean}, "
-                        f"{c.title} {c.mean}): use --dataset {other}, or point --data-dir at {c.title}'s files")
-    side = splits["train"].images.shape[2:]
-    if image_size is not None and (image_size, image_size) != tuple(side):
-        raise DataError(f"{name} images are {side[0]}x{side[1]}, got --image-size {image_size}; leave it unset")
-    return Data(splits["train"], {"test": splits["test"]}, IDX_CLASSES, (c.mean,) * 3, (c.std,) * 3)
-
-
-def _find_idx(places):
-    """{file name: path} for the first place that holds all four IDX files, or None. A plain file
-    wins over its .gz: torchvision's raw/ keeps both, and the plain one reads without inflating."""
-    for place in places:
-        found = {}
-        for name in (n for pair in IDX_FILES.values() for n in pair):
-            found[name] = next((p for p in (os.path.join(place, name), os.path.join(place, name + ".gz"))
-                                if os.path.isfile(p)), None)
-        if all(found.values()):
-            return found
-    return None
-
-
-def _download_error(err):
-    """torchvision's download error in one line: its first line, and the last (the reason, e.g. DNS)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    if len(lines) < 2:
-        return first_line(err)
-    return f"{type(err).__name__}: {lines[0]} ... {lines[-1]}"
-
-
-def _read_idx(path, magic):
-    """One IDX file of unsigned bytes -> (its dimensions, its values as a flat uint8 array).
-    Anything but the header and exactly the values it announces is a DataError naming the file."""
-    what = "images" if magic == IDX_IMAGES else "labels"
-    fix = "replace it with an intact copy (download it again)"
-    try:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-            data = f.read()
-    except EOFError as err:  # the gzip stream stops before its end marker: a download cut short
-        raise DataError(f"{path} is cut short ({first_line(err)}); {fix}") from err
-    except (OSError, zlib.error) as err:  # not gzip data at all, a corrupt stream, or unreadable
-        raise DataError(f"{path} cannot be read ({first_line(err)}); {fix}") from err
-    ndim = 3 if magic == IDX_IMAGES else 1
-    head = 4 * (1 + ndim)
-    got = struct.unpack(">i", data[:4])[0] if len(data) >= 4 else None
-    if got != magic:
-        if data[:2] == b"\x1f\x8b":  # gzip's own magic: a gzipped file without its .gz
-            why = f"it is gzipped: name it {os.path.basename(path)}.gz"
-        elif got in (IDX_IMAGES, IDX_LABELS):
-            why = f"it is an IDX {'labels' if what == 'images' else 'images'} file; check the file names"
-        else:
-            why = fix
-        shown = "none (the file is shorter than 4 bytes)" if got is None else f"0x{got & 0xFFFFFFFF:08x}"
-        raise DataError(f"{path} is not an IDX {what} file: magic number {shown}, expected 0x{magic:08x}; {why}")
-    if len(data) < head:
-        raise DataError(f"{path} is cut short: {len(data)} bytes, less than its {head}-byte header; {fix}")
-    dims = struct.unpack(f">{ndim}i", data[4:head])
-    if min(dims) < 1:
-        raise DataError(f"{path}: its header gives the sizes {' x '.join(map(str, dims))}, which holds no {what}; "
-                        f"{fix}")
-    need = int(np.prod(dims, dtype=np.int64))
-    if len(data) - head != need:
-        short = len(data) - head < need
-        raise DataError(f"{path} is {'cut short' if short else 'longer than its header says'}: "
-                        f"{len(data) - head} bytes after the header, its sizes {' x '.join(map(str, dims))} "
-                        f"make {need}; {fix}")
-    return dims, np.frombuffer(data, np.uint8, offset=head)
-
-
 # ------------------------------------------------------------------- Food-101
 
 def _food101(data_dir, size, download):
@@ -350,7 +179,7 @@ def _food101(data_dir, size, download):
         if not download:
             raise DataError(f"Food-101 folders {meta} and {images} not found and download is off; {how}")
         try:  # torchvision's downloader (5 GB, md5-checked)
-            with _tidy_after_failure(data_dir):
+            with tidy_after_failure(data_dir):
                 torchvision.datasets.Food101(data_dir, split="train", download=True)
         except Exception as err:
             raise DataError(f"Food-101 not found at {root} and the download failed "

@@ -13,11 +13,8 @@ add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
 uninterrupted   -- hold a Ctrl-C back while an epoch's files are written
-trim_metrics    -- on resume, drop metric lines written after the checkpoint
-append_metrics  -- one JSON line per epoch
-append_entropy_hist -- the epoch's histograms of H(p) into entropy_hist.npz
 record_start    -- config.json at the start, and a line of provenance for each resumption
-read_json, write_json -- config.json, summary.json, weights.json (written atomically)
+(the files' own readers and writers, metrics.jsonl, entropy_hist.npz and the JSON files, are runfiles.py)
 
 Files: config.json (resolved settings and provenance), noisy_labels.npy (the labels trained on),
 metrics.jsonl (one line per epoch), entropy_hist.npz (histograms of H(p) per epoch),
@@ -27,8 +24,6 @@ Checkpoints and weights load with weights_only=True only; npy/npz files without 
 """
 import contextlib
 import datetime
-import json
-import math
 import os
 import platform
 import shlex
@@ -46,6 +41,8 @@ import torch
 
 from mutual import NAMES
 from training.report import final_accuracies
+from training.runfiles import (append_entropy_hist, append_metrics, last_metrics, lines_of, read_json, trim_metrics,
+                               write_json)
 
 # Settings that may differ between a run and its resumption. RUN_CONTROL changes how it runs, not what it
 # computes. ARITHMETIC lets a run move to another machine, but changes the floating-point arithmetic, so the
@@ -87,7 +84,7 @@ def check_out(out, config, resume):
             raise RunError(f"cannot resume: {config_path} is missing or unreadable ({type(e).__name__}) and there "
                            f"is no checkpoint; choose another --out") from e
         _same_settings(saved, config, config_path)
-        done = [f for f, least in (("summary.json", 1), ("metrics.jsonl", 2)) if len(_lines(out, f)) >= least]
+        done = [f for f, least in (("summary.json", 1), ("metrics.jsonl", 2)) if len(lines_of(out, f)) >= least]
         if done:  # epochs finished, then the checkpoint went: starting over would overwrite them (one metrics
             # line alone can be epoch 1's, written just before a kill -9 stopped its checkpoint: that one restarts)
             raise RunError(f"cannot resume: {ckpt_path} is missing, but {' and '.join(done)} record finished "
@@ -296,60 +293,6 @@ def uninterrupted():
         signal.raise_signal(signal.SIGINT)
 
 
-def _lines(out, name):
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [line for line in f if line.strip()]
-
-
-def trim_metrics(out, epochs_done):
-    """Keep the first epochs_done lines of metrics.jsonl: later ones came after the checkpoint."""
-    path = os.path.join(out, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            lines = f.readlines()[:epochs_done]
-        with open(path, "w") as f:
-            f.writelines(lines)
-
-
-def append_metrics(out, row):
-    with open(os.path.join(out, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-def append_entropy_hist(out, epoch, counts, num_classes, chi, known_clean):
-    """Add epoch `epoch`'s histograms to entropy_hist.npz, dropping rows of that epoch or later (a resume).
-
-    counts: (2, 2, bins) from mutual.entropy_histogram summed over the epoch (model A/B x
-    clean/noisy given label). chi: (χ at the epoch's start, at its end), None without a threshold.
-    The file holds epoch (E,), counts (E, 2, 2, bins), edges (bins + 1,) in nats over [0, ln K],
-    chi_start and chi_end (E,) (NaN without a threshold), and known_clean: whether the clean/noisy
-    split is real (False: all counts are in [:, :, 0]).
-    """
-    chi_start, chi_end = chi
-    path = os.path.join(out, "entropy_hist.npz")
-    rows = dict(epoch=np.zeros(0, np.int64), counts=np.zeros((0, *counts.shape), np.int64),
-                chi_start=np.zeros(0), chi_end=np.zeros(0))
-    if os.path.exists(path):
-        with np.load(path) as f:
-            keep = f["epoch"] < epoch
-            rows = {k: f[k][keep] for k in rows}
-    new = dict(epoch=[epoch], counts=[np.rint(counts).astype(np.int64)],
-               chi_start=[math.nan if chi_start is None else chi_start], chi_end=[math.nan if chi_end is None else chi_end])
-    rows = {k: np.concatenate([rows[k], np.asarray(new[k], dtype=rows[k].dtype)]) for k in rows}
-    edges = np.linspace(0, math.log(num_classes), counts.shape[-1] + 1)
-    with open(path + ".tmp", "wb") as f:
-        np.savez(f, edges=edges, known_clean=known_clean, **rows)
-    os.replace(path + ".tmp", path)
-
-
-def last_metrics(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return json.loads(f.readlines()[-1])
-
-
 def arithmetic_changes(ckpt, config):
     """The ARITHMETIC settings a resumed run changes, {name: [the checkpoint's, now]}; {} for a fresh run."""
     saved = ckpt["config"] if ckpt is not None else {}
@@ -366,18 +309,6 @@ def record_start(out, config, resumed, changed=None):
                                                                                        else {}))]
         config = saved
     write_json(out, "config.json", config)
-
-
-def read_json(out, name):
-    with open(os.path.join(out, name)) as f:
-        return json.load(f)
-
-
-def write_json(out, name, obj):
-    path = os.path.join(out, name)
-    with open(path + ".tmp", "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 class Run:
