@@ -93,6 +93,9 @@ def coteaching(logits_a, logits_b, labels, keep):
     network's own per-sample CE, which the selection treats as a constant. L_A carries gradient into A only.
     taught[(0, 1)] is D_A (A's small-loss set teaches B), taught[(1, 0)] is D_B.
 
+    Departure, declared (docs/training.md, "Comparators"): where int(R(t) N) = 0 (e.g. N = 2 with tau > 0.5),
+    Co-teaching+'s loss_coteaching falls back to the whole batch; we keep max(1, .) = 1 sample. With tau <= 0.5
+    and batches of at least 2 samples (Batches' floor), int(R(t) N) >= 1 and the two agree.
     Departure of the authors' code (loss.py, loss_coteaching): it divides the already averaged CE by
     num_remember once more, a constant factor that their Adam largely absorbs; under this harness's SGD it
     would cut the learning rate R(t) N-fold, so we follow the paper's mean.

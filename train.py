@@ -94,6 +94,8 @@ def main(argv=None):
                 fail(f"loss became NaN/inf in epoch {epoch + 1}; " + (f"kept the checkpoint of epoch {epoch}" if
                      epoch else "no epoch had finished to checkpoint") + ". Try a lower --lr or --amp off")
             results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device)
+            # chi in the row is Eq. 7 at the epoch's end (t = epoch + 1); entropy_hist.npz also keeps it at the
+            # start (t = epoch), so that each histogram can be read against both lines of its epoch
             head = dict(epoch=epoch + 1, lr=lr, chi=method.chi(epoch + 1, args.epochs, d.num_classes),
                         seconds=time.time() - t0)
             row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
