@@ -466,3 +466,16 @@ def test_sweep_table_note_on_missing_seeds_appears_only_when_a_cell_lacks_seeds(
     three = {("zero", cols[0]): (1.0, None, 1), ("all", cols[0]): (1.0, 1.0, 2), ("static", cols[0]): (1.0, 1.0, 3)}
     assert note(three, 4).endswith(
         "(n=1), (n=2) and (n=3) mark the 3 cells where only 1, 2 or 3 of the 4 seeds finished.")
+
+
+def test_the_per_epoch_plots_mark_where_the_lr_falls(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    d = str(tmp_path / "run")
+    fake_run(d, {}, n_epochs=4)
+    rows = [dict(json.loads(line), lr=lr) for line, lr in zip(open(os.path.join(d, "metrics.jsonl")), (0.1, 0.1, 0.01, 0.01))]
+    write(os.path.join(d, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+    figs = captured_figures(monkeypatch)
+    plot.plot_runs(plot.pyplot(), [plot.load_run(d)], str(tmp_path))
+    ax = figs["accuracy.png"].axes[0]
+    drops = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"]
+    assert drops == [2] and "lr drop (first run)" in legend_texts(figs["accuracy.png"])  # epoch 2 was the last at 0.1

@@ -96,7 +96,7 @@ def heat_map(out, path):
     ax.set_xticks(range(len(bs)), [f"b={b:g}" + (" (CMD-S)" if b == 0 else "") for b in bs])
     ax.set_yticks(range(len(demo.ETAS)), [f"η={e:g}" for e in demo.ETAS])
     ax.set_title("MyLC: val accuracy (2 seeds) at each cell's best lr", fontsize=9)
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="validation accuracy (%)")
     save(plt, fig, path)
 
 

@@ -153,12 +153,21 @@ def curves(ax, runs, names, kind, ylabel):
             if pts:  # a single point needs a marker to be seen
                 ax.plot(*zip(*pts), style, marker="o" if len(pts) == 1 else None, color=f"C{i % 10}",
                         label=", ".join(filter(None, (name, line_name(label)))))
+    for j, x in enumerate(lr_drops(runs)):  # where the lr falls (its milestones), so a jump reads as the schedule's
+        ax.axvline(x, color="0.55", ls=":", lw=1, label="lr drop (first run)" if j == 0 else None)
     ax.set_xlabel("epoch")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)
+
+
+def lr_drops(runs):
+    """The epochs after which the first run's lr fell, from its rows' lr (x = the last epoch at the old lr)."""
+    rows = runs[0]["rows"] if runs else []
+    return [a["epoch"] for a, b in zip(rows, rows[1:]) if b.get("lr") is not None and a.get("lr") is not None
+            and b["lr"] < a["lr"]]
 
 
 def style_key(runs):
