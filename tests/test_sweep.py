@@ -440,14 +440,15 @@ def test_plot_of_entropy_shares_y_within_a_row_and_names_chi_at_the_start_and_en
         assert len({ax.get_ylim() for ax in row}) == 1
     assert not a[0].get_shared_y_axes().joined(a[0], b[0]) and a[0].get_ylim() != b[0].get_ylim()
     texts = legend_texts(fig)
-    assert texts == ["clean given label", "noisy given label", "χ at the epoch's start", "χ at the epoch's end"]
-    styles = [h.get_linestyle() for h in fig.legends[0].legend_handles[2:]]
+    assert texts == ["clean given label", "noisy given label", "both groups (overlap)", "χ at the epoch's start",
+                     "χ at the epoch's end"]
+    styles = [h.get_linestyle() for h in fig.legends[0].legend_handles[3:]]
     assert styles == [":", "-"]  # as the lines are drawn: dotted at the start, solid at the end
     assert "CMD-P (η=4, b=−5) + MyLC" in fig._suptitle.get_text()
     fake_hist(d, chi_start=[0.5, 0.5], chi_end=[0.5, 0.5])  # CMD-S: χ stays put, one line where both are
     (tmp_path / "static").mkdir()
     plot.plot_runs(plot.pyplot(), [plot.load_run(d)], str(tmp_path / "static"))
-    assert legend_texts(figs["entropy.png"])[2:] == ["χ, the same at the epoch's start and end"]
+    assert legend_texts(figs["entropy.png"])[3:] == ["χ, the same at the epoch's start and end"]
 
 
 def test_sweep_table_note_on_missing_seeds_appears_only_when_a_cell_lacks_seeds():

@@ -256,9 +256,10 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
             total = c.sum()
             splits = [("clean given label", "C0", c[0]), ("noisy given label", "C3", c[1])] if h["known_clean"] \
                 else [("all samples", "C0", c.sum(0))]
-            for label, colour, v in splits:
+            for label, colour, v in splits:  # each as a fraction of all the model's training samples
                 handles.setdefault(label, ax.bar(edges[:-1], v / total, width=width, align="edge", alpha=0.55,
                                                  color=colour))
+            ax.set_xlim(-0.03 * edges[-1], edges[-1])  # so that chi = 0 (zero knowledge) shows beside the axis
             end, start = h["chi_end"][i], h["chi_start"][i]
             if np.isfinite(end):
                 handles.setdefault("end", ax.axvline(max(end, 0.0), color="k", linestyle="-", linewidth=1))
@@ -268,9 +269,13 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
             if row == len(models) - 1:
                 ax.set_xlabel("H(p) (nats)")
             if col == 0:
-                ax.set_ylabel("fraction of samples")
+                ax.set_ylabel("fraction of all training samples")
     chi_names = {"end": "χ at the epoch's end", "start": "χ at the epoch's start"} if "start" in handles \
         else {"end": "χ, the same at the epoch's start and end"}
+    if h["known_clean"]:  # where the two overlap, the bars blend: name that colour too
+        rgb = plt.matplotlib.colors.to_rgb
+        mix = tuple(0.55 * n + 0.45 * (0.55 * c + 0.45) for c, n in zip(rgb("C0"), rgb("C3")))
+        handles["both groups (overlap)"] = plt.Rectangle((0, 0), 1, 1, color=mix)
     entries = [(a, k) for k, a in handles.items() if k not in chi_names] + \
         [(handles[k], chi_names[k]) for k in ("start", "end") if k in handles]  # a mkd or kdcl run has no χ
     fig.legend(*zip(*entries), loc="outside lower center", ncol=min(len(entries), 2 if width_in < 7 else 4),
