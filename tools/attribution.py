@@ -3,22 +3,21 @@ knowledge, zero knowledge, a step-size control and Co-teaching, on the Fashion-M
 
     python -m tools.attribution select --rate 0.6 --out sweeps/fmnist --jobs 2   # every row's lr, edge rule
     python -m tools.attribution report --rate 0.6 --out sweeps/fmnist --jobs 2   # 5 seeds at the choices
-    python -m tools.attribution all --rate 0.6 --jobs 14 -- --device cuda --amp off  # both, on one GPU
+    python -m tools.attribution all --rate 0.6 -- --device cuda --amp off   # both, on one GPU (tools.batched)
     python -m tools.attribution select --rate 0.6 --dry-run    # the train.py commands, to run one row by hand
-    python -m tools.attribution report --rate 0.4 --published-choice --jobs 2   # 40% at the committed choices
+    python -m tools.attribution report --rate 0.4 --published-choice --batched   # 40% at the committed choices
     python -m tools.attribution pack --out sweeps/fmnist       # every run's numbers into docs/fmnist/runs.jsonl.gz
     python -m tools.attribution tables --rate 0.4 --from docs/fmnist/runs.jsonl.gz   # the tables from those alone
 
-ROWS, MyLC unless named: zero, all (eta 1), CMD-P (eta 2, b -5), `shuffled` (--select shuffled: CMD-P's count at
-random positions), Co-teaching (tau = the rate; 40%); the report adds `step` (zero knowledge at 2x CMD-P's lr)
-and `mean` (--peer-weight mean: CMD-P's selection without the extra weight).
+ROWS, MyLC unless named: zero, all (eta 1), CMD-P (eta 2, b -5), `shuffled` (CMD-P's count at random positions),
+Co-teaching (tau = the rate; 40%); the report adds `step` (zero knowledge at 2x CMD-P's lr) and `mean`
+(--peer-weight mean: CMD-P's selection without the extra weight).
 
-select -- each row on its lr grid (GRIDS) with the selection seeds, which are not reported; the choice is the best
-          mean final-epoch validation accuracy, a diverged setting scoring -inf. EDGE RULE: a choice on the top or
-          bottom of its grid extends the grid by one step of LADDER (sqrt(2)) that way and selects again, until the
-          choice is interior, the next step diverged, or EXTEND steps were added; a choice still on an edge is
-          marked. At 40%, zero, all and CMD-P also count the published selection (docs/fmnist/select.md, one
-          H100) at lr 0.025 to 0.1; the new lrs extend it.
+select -- each row on its lr grid (GRIDS), selection seeds (not reported); the choice: the best mean final-epoch
+          validation accuracy, a diverged setting -inf. EDGE RULE: a choice on an edge of its grid extends it by
+          one step of LADDER (sqrt(2)) that way, until the choice is interior, the next step diverged, or EXTEND
+          steps were added (then it is marked). At 40%, zero, all and CMD-P also count the published selection
+          (docs/fmnist/select.md, one H100) at lr 0.025 to 0.1.
 report -- the rows at their choices on REPORT_SEEDS, with paired differences (PAIRS) and diagnostics.
 """
 import argparse
@@ -84,8 +83,7 @@ def jobs_of(out, rate, stage, cells, data, extra):
 
 # ---------------------------------------------------------------- runs, on disk or from the raw data
 def load_dir(out, rate):
-    """{stage/name: run} of this rate's finished and diverged runs; a run is dict(rows=the metrics rows,
-    diverged=bool, flags=its train.py key, provenance=config.json's)."""
+    """{stage/name: dict(rows=metrics rows, diverged, flags=its train.py key, provenance)}, finished or diverged."""
     runs = {}
     for d in glob.glob(os.path.join(out, "attribution", f"r{rate:g}", "*", "*")):
         done, bad = (os.path.exists(os.path.join(d, f)) for f in ("summary.json", "diverged.json"))
@@ -95,14 +93,13 @@ def load_dir(out, rate):
             with open(os.path.join(d, "sweep.json")) as f:
                 key = json.load(f)
             rows = demo_grid.rows_of(d) if os.path.exists(os.path.join(d, "metrics.jsonl")) else []
-            runs[os.path.relpath(d, os.path.dirname(os.path.dirname(d)))] = dict(rows=rows, diverged=bad, flags=key,
-                                                                                 provenance=prov)
+            name = os.path.relpath(d, os.path.dirname(os.path.dirname(d)))
+            runs[name] = dict(rows=rows, diverged=bad, flags=key, provenance=prov)
     return runs
 
 
 def pack(out, path):
-    """Every finished or diverged run of every rate under out into the raw data at path (rawdata.merge).
-    Returns (runs added, runs in the file)."""
+    """Every finished or diverged run of every rate under out into the raw data at path: (added, in the file)."""
     lines = [dict(rate=rate, run=name, flags=run["flags"], diverged=run["diverged"], provenance=run["provenance"],
                   rows=run["rows"]) for rate in GRIDS for name, run in load_dir(out, rate).items()]
     return len(lines), rawdata.merge(path, lines)
@@ -208,14 +205,16 @@ def report_cells(rate, choice, rows=None):
             if (row != "clean" or s in CLEAN_SEEDS) and (rows is None or row in rows)]
 
 
-def published_choice():
+def published_choice(runs):
     """At 40%: the committed selection's choices (docs/fmnist/choice.json) for zero, all and CMD-P, and CMD-P's
-    lr for the shuffled control, for a report on a machine too slow for the new selection."""
+    lr for the shuffled control, for a report on a machine too slow for the new selection; and the choice of
+    every other row whose own selection has finished in runs (Co-teaching's)."""
     with open(os.path.join(HERE, "docs", "fmnist", "choice.json")) as f:
         saved = json.load(f)
     lr = {row: saved[f"mylc-{row}"]["lr"] for row in ("zero", "all", "cmdp")}
     lr["shuffled"] = lr["cmdp"]
-    return {row: dict(lr=v, val=None, edge="published", es_lr=None) for row, v in lr.items()}
+    own = {row: c for row, c in choose(runs, 0.4)[0].items() if row not in lr}
+    return {**{row: dict(lr=v, val=None, edge="published", es_lr=None) for row, v in lr.items()}, **own}
 
 
 def report_runs(runs, rate, choice):
@@ -360,7 +359,7 @@ def main(argv=None):
     where = os.path.join(args.out, "attribution", f"r{args.rate:g}")
     if args.stage == "tables":
         runs = rawdata.read(args.pack, args.rate)
-        choice, todo = (published_choice(), []) if args.published_choice else choose(runs, args.rate)
+        choice, todo = (published_choice(runs), []) if args.published_choice else choose(runs, args.rate)
         os.makedirs(where, exist_ok=True)
         render(runs, args.rate, choice, where, f"Rendered from {args.pack} (`{command}`): {rawdata.where(runs)}" +
                (f"; {len(todo)} cells not run." if todo else "."), args.published_choice)
@@ -369,7 +368,8 @@ def main(argv=None):
     extra = ["--workers", "0"] + extra
     t0, log = time.time(), []
     if args.published_choice:  # 40% on a slow machine: the committed selection's choices, no new selection
-        choice, runs = published_choice(), load_dir(args.out, args.rate)
+        runs = load_dir(args.out, args.rate)
+        choice = published_choice(runs)
     else:
         choice, runs = select(args, data, extra, log)  # the report's settings follow from the selection's runs
     if args.dry_run:

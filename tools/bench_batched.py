@@ -2,6 +2,7 @@
 
     python -m tools.bench batched --device cpu             # CPU: 8 runs of the demonstration's MLP pair, 2 epochs
     python -m tools.bench batched --runs 64 --device cuda  # one GPU: also TFLOP/s, memory per run, largest R
+    python -m tools.bench batched --agreement sweeps/batched-check   # 80 epochs: batched runs against train.py's
 
 The runs are the Fashion-MNIST demonstration's (tools/demo.py's regime: two MLPs on 7,200 images, 720 for
 validation, 10,000 for test), R of them differing in lr and seed, for --epochs epochs each. tools.batched
@@ -21,7 +22,8 @@ import time
 
 import torch
 
-from tools import batched, demo_grid, sweep
+from tools import attribution, batched, demo_grid, rawdata, sweep
+from tools.stats import fmt, interval, mean_std
 from training import config
 
 FORWARD = 2 * (768 * 512 + 512 * 512 + 512 * 10)  # FLOPs of one MLP on one image (AdaptiveAvgPool2d aside)
@@ -51,6 +53,30 @@ def timed(fn):
     return time.perf_counter() - t0
 
 
+def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
+    """Lines of a markdown table: the attribution report's rows (tools/attribution.py, at the 40% published
+    choices) trained by tools.batched into OUT against the same runs trained by train.py (the raw data, pack):
+    final test accuracy over seeds, the paired difference with its 95% t-interval, the largest per-seed gap,
+    and epoch 1's training loss (mean of A and B) as the one-step contract sees it."""
+    mine, theirs = attribution.load_dir(out, rate), rawdata.read(pack, rate)
+    lines = ["| row | train.py | tools.batched | batched − train.py (95% t) | largest per-seed gap | epoch 1 loss, "
+             "largest relative gap |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        names = sorted(n for n in mine if n.startswith(f"report/{row}-") and n in theirs)
+        if not names:
+            continue
+        a = [theirs[n]["rows"][-1]["test_acc_mean"] for n in names]
+        b = [mine[n]["rows"][-1]["test_acc_mean"] for n in names]
+        m, ci = interval([y - x for x, y in zip(a, b)])
+        loss = [(mine[n]["rows"][0][f"train_loss_{k}"], theirs[n]["rows"][0][f"train_loss_{k}"]) for n in names
+                for k in "ab"]
+        lines.append(f"| {attribution.ROWS[row][0]} ({names[0].split('-')[1]}, n={len(names)}) | "
+                     f"{fmt(*mean_std(a)[:2])} | {fmt(*mean_std(b)[:2])} | {m:+.2f}" +
+                     ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") +
+                     f" | {max(abs(y - x) for x, y in zip(a, b)):.2f} | {max(abs(u / v - 1) for u, v in loss):.1e} |")
+    return lines
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=8, help="R, the runs (default 8)")
@@ -60,7 +86,14 @@ def main(argv=None):
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="the four Fashion-MNIST IDX files")
     p.add_argument("--skip-processes", action="store_true", help="time only the batched runs")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--agreement", metavar="OUT", help="instead: the table of agreement of the runs tools.batched "
+                   "trained into OUT (python -m tools.attribution report --rate 0.4 --published-choice --rows "
+                   "zero,cmdp --batched --out OUT) with train.py's runs in --pack")
+    p.add_argument("--pack", default="docs/fmnist/runs.jsonl.gz", help="train.py's runs, for --agreement")
     args = p.parse_args(argv)
+    if args.agreement:
+        print("\n".join(agreement(args.agreement, args.pack)))
+        return 0
     if args.runs < 1 or args.epochs < 1 or args.jobs < 1:
         p.error("--runs, --epochs and --jobs must be at least 1")
     if not os.path.isdir(args.data_dir):
