@@ -39,7 +39,8 @@ from torch.func import functional_call, stack_module_state, vmap
 
 import models
 from label_correction import confidence_from_sum
-from mutual import CMD_MODES, ENTROPY_BINS, NAMES, OBJECTIVES, Clock, Method, entropy_histogram, shuffle_keys, step_sums, sum_names
+from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, OBJECTIVES, Clock, Method, entropy_histogram, shuffle_keys,
+                    step_sums, sum_names)
 from noise import add_noise
 from training import build, rundir, runfiles
 from training.batches import Batches
