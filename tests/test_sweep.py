@@ -480,3 +480,13 @@ def test_the_per_epoch_plots_mark_where_the_lr_falls(tmp_path, monkeypatch):
     ax = figs["accuracy.png"].axes[0]
     drops = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"]
     assert drops == [2] and "lr drop (first run)" in legend_texts(figs["accuracy.png"])  # epoch 2 was the last at 0.1
+
+
+def test_the_per_epoch_plots_name_the_data_in_their_titles(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    d = str(tmp_path / "run")
+    fake_run(d, dict(dataset="fashionmnist", noise="sym", rate=0.4))
+    figs = captured_figures(monkeypatch)
+    plot.plot_runs(plot.pyplot(), [plot.load_run(d)], str(tmp_path))
+    for name in ("accuracy.png", "chi.png", "memorization.png", "selection.png"):
+        assert figs[name].axes[0].get_title().endswith("\nfashionmnist, symmetric noise 40%"), name

@@ -163,6 +163,18 @@ def curves(ax, runs, names, kind, ylabel):
         ax.legend(fontsize=7)
 
 
+def data_of(runs):
+    """"\nfashionmnist, symmetric noise 40%": the data every run shares, as a title's second line ("" if they differ)."""
+    seen = {(c.get("dataset"), c.get("noise"), c.get("rate")) for c in (r["config"] for r in runs)}
+    if len(seen) != 1:
+        return ""
+    dataset, noise, rate = seen.pop()
+    if noise in (None, "none"):
+        return f"\n{dataset}, clean labels"
+    return f"\n{dataset}, " + (f"{NOISE_NAMES.get(noise, noise)} noise {100 * float(rate):g}%" if rate is not None
+                                else f"{noise} labels")
+
+
 def lr_drops(runs):
     """The epochs after which the first run's lr fell, from its rows' lr (x = the last epoch at the old lr)."""
     rows = runs[0]["rows"] if runs else []
@@ -193,14 +205,14 @@ def unique_names(dirs):
 def plot_runs(plt, runs, out, hist_epochs=None):
     """accuracy, chi, selection and memorization plots for runs read by load_run, and their entropy plots."""
     names = labels([r["config"] for r in runs], [r["dir"] for r in runs])
-    written, key = [], style_key(runs)
+    written, key, data = [], style_key(runs), data_of(runs)
     for fname, kind, ylabel, title in (("accuracy.png", "test_acc", "test accuracy (%)", f"Test accuracy: {key}"),
                                        ("chi.png", "chi", "χ (Eq. 7)", "Selection threshold χ"),
                                        ("memorization.png", "memorized", "noisy samples fitted to their wrong label",
                                         f"Memorisation: {key}")):
         fig, ax = plt.subplots(figsize=FIGSIZE)
         curves(ax, runs, names, kind, ylabel)
-        ax.set_title(title)
+        ax.set_title(title + data, fontsize=10)
         written.append(save(plt, fig, os.path.join(out, fname)))
     fig, axes = plt.subplots(1, 3, figsize=(3 * FIGSIZE[0], FIGSIZE[1]))
     curves(axes[0], runs, names, "selected", "fraction of samples distilled")
@@ -208,7 +220,7 @@ def plot_runs(plt, runs, out, hist_epochs=None):
     curves(axes[2], runs, names, "recall", "recall of clean-labelled samples")
     pairs = "B→A solid, A→B dashed" + (" (cohorts: mean over pairs)" if any(len(models_of(r)) > 2 for r in runs)
                                          else "")
-    axes[0].set_title(f"Selected: {pairs}", fontsize=10)
+    axes[0].set_title(f"Selected: {pairs}{data}", fontsize=10)
     axes[1].set_title("Precision: argmax of target = clean label")
     axes[2].set_title("Recall: clean-labelled samples that passed χ")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))
