@@ -169,3 +169,16 @@ def test_compare_chooses_each_comparators_lr_and_knob_and_the_report_runs_them(t
     assert gce[gce.index("--gce-q") + 1] == "0.9" and gce[gce.index("--lc") + 1] == "gce"
     oracle = next(j for j in jobs if j["name"] == "coteach-oracle-s0")["argv"]
     assert oracle[oracle.index("--forget-rate") + 1] == "0.4" and oracle[oracle.index("--lr") + 1] == "0.035"
+
+
+def test_dry_run_prints_the_stages_train_py_commands_and_writes_nothing(tmp_path, capsys):
+    import shlex
+    from tools import demo as stages  # the stage runner, beside the declaration imported as demo
+    from training import config
+    out = str(tmp_path / "fm")
+    assert stages.main(["select", "--out", out, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == (sum(len(g) for g in demo.GRID.values()) + 1) * len(demo.SELECT_SEEDS)  # + the clean row
+    for line in lines[:3]:
+        config.resolve(config.get_args(shlex.split(line)[2:]))  # train.py accepts it
+    assert not os.path.exists(out)

@@ -88,6 +88,18 @@ def report(args, plan, choice_path, end):
 STAGES = {"regime": regime, "select": select, "compare": compare, "report": report}
 
 
+def dry_run(args, plan, choice_path):
+    """The train.py commands a stage would run, so that a reader can run one row by hand."""
+    if args.stage == "report":
+        with open(choice_path) as f:
+            saved = json.load(f)
+        todo = report_jobs(plan, {row: saved[row] for row in ROWS if row in saved}, REPORT_SEEDS[:args.seeds])
+    else:
+        todo = {"regime": regime_jobs, "select": select_jobs, "compare": compare_jobs}[args.stage](plan)
+    print("\n".join(shlex.join(["python", "train.py", *j["argv"]]) for j in todo if not finished(j["dir"])))
+    return 0
+
+
 class Footer:
     """The last line of a stage's table: its command, and the time and runs of this invocation."""
 
@@ -112,6 +124,8 @@ def main(argv=None):
     config.add_device_flag(p)
     batched.batched_flag(p)
     p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="report: seeds 0..N-1 (default 5)")
+    p.add_argument("--dry-run", action="store_true", help="print the train.py commands of the stage's runs not yet "
+                                                          "finished, and write nothing (select: before CE CMD-P's)")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.jobs < 1 or not 1 <= args.seeds <= 9:
         p.error("--jobs must be at least 1 and --seeds between 1 and 9")
@@ -121,8 +135,10 @@ def main(argv=None):
     if args.stage in ("compare", "report") and not os.path.exists(choice_path):  # before anything is written
         p.error(f"{choice_path} not found: run `python -m tools.demo select --out {args.out}` first, or copy the "
                 f"published choice, docs/fmnist/choice.json, there")
-    os.makedirs(args.out, exist_ok=True)
     plan = Plan(args.out, data_flags(args.data_dir), ["--device", args.device, "--workers", "0"] + extra)
+    if args.dry_run:
+        return dry_run(args, plan, choice_path)
+    os.makedirs(args.out, exist_ok=True)
     end = Footer(shlex.join(["python", "-m", "tools.demo", *argv]))
     try:
         failed, text, name = STAGES[args.stage](args, plan, choice_path, end)
