@@ -185,7 +185,7 @@ def select_table(runs, rate, choice):
             m, vals, where = val_scores(runs, rate, row, lr)
             c = choice.get(row, {})
             se = mean_std(vals)[1] / math.sqrt(len(vals)) if len(vals) > 1 else None
-            score = {None: "–", -math.inf: "diverged"}.get(m, fmt(m, se))
+            score = "–" if m is None else "diverged" if m == -math.inf else fmt(m, se)  # "–": not run yet
             edge = {None: "", "published": " (committed)"}.get(c.get("edge"), f" (on the {c.get('edge')} edge)")
             mark = "**✓**" + edge if c.get("lr") == lr else ""
             lines.append(f"| {ROWS[row][0]} | {lr:g} | {score} | {' '.join(f'{v:.2f}' for v in vals)} | {where} | "
