@@ -155,13 +155,19 @@ def parameters(node):
     return len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) - int(bool(a.args) and a.args[0].arg in ("self", "cls"))
 
 
-def test_no_function_outside_the_tests_takes_more_than_eight_parameters():
-    paths = [p for p in glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True)
-             if "/tests/" not in p and "/sweeps/" not in p]
+def functions(paths):
+    """(path, node) of every function defined in these files."""
     for path in paths:
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, ast.FunctionDef):
-                assert parameters(node) <= 8, f"{os.path.relpath(path, HERE)}:{node.name} takes {parameters(node)}"
+                yield path, node
+
+
+def test_no_function_outside_the_tests_takes_more_than_eight_parameters():
+    paths = [p for p in glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True)
+             if "/tests/" not in p and "/sweeps/" not in p]
+    for path, node in functions(paths):
+        assert parameters(node) <= 8, f"{os.path.relpath(path, HERE)}:{node.name} takes {parameters(node)}"
 
 
 def test_mutual_py_opens_with_the_method():
@@ -172,10 +178,8 @@ def test_mutual_py_opens_with_the_method():
 
 def test_no_function_of_train_py_or_training_takes_more_than_six_parameters():
     paths = [os.path.join(HERE, "train.py")] + glob.glob(os.path.join(HERE, "training", "*.py"))
-    for path in paths:
-        for node in ast.walk(ast.parse(open(path).read())):
-            if isinstance(node, ast.FunctionDef):
-                assert parameters(node) <= 6, f"{os.path.basename(path)}:{node.name} takes {parameters(node)} parameters"
+    for path, node in functions(paths):
+        assert parameters(node) <= 6, f"{os.path.basename(path)}:{node.name} takes {parameters(node)} parameters"
 
 
 def test_train_main_reads_on_one_screen():
