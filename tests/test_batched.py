@@ -140,6 +140,22 @@ def test_a_diverging_run_is_written_as_diverged_and_the_others_finish(tmp_path):
     assert not os.path.exists(os.path.join(bad, "summary.json"))
 
 
+def test_a_finished_train_py_run_is_skipped_and_an_unfinished_one_refused(tmp_path, capsys):
+    out = str(tmp_path / "grid")
+    done = os.path.join(out, "zero-mylc-sym40-lr0.05-s0")
+    train.main(T + ["--mode", "zero", "--seed", "0", "--lr", "0.05", "--out", done])
+    assert os.path.exists(os.path.join(done, "checkpoint.pt"))  # train.py keeps its last checkpoint
+    stamp = os.path.getmtime(os.path.join(done, "summary.json"))
+    assert batched.main(T + ["--mode", "zero", "--seed", "0,1", "--lr", "0.05", "--out", out]) == 0
+    assert os.path.getmtime(os.path.join(done, "summary.json")) == stamp and len(rows(done)) == 3
+    assert os.path.exists(os.path.join(out, "zero-mylc-sym40-lr0.05-s1", "summary.json"))
+    os.remove(os.path.join(done, "summary.json"))  # now a train.py run stopped before its end
+    capsys.readouterr()
+    assert batched.main(T + ["--mode", "zero", "--seed", "0,1", "--lr", "0.05", "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "in progress" in err[0] and "--resume" in err[0]
+
+
 @pytest.mark.parametrize("flags, says", [
     (["--zip", "--lr", "0.05,0.1", "--seed", "0,1,2"], "differ in length"),
     (["--arch", "cnn", "--lr", "0.05,0.1"], "BatchNorm"),

@@ -103,7 +103,7 @@ def check(run):
         if kinds:
             raise BadInput(f"--arch {arch} has {', '.join(sorted(kinds))} (running statistics), which one vmapped "
                            f"step cannot keep per run; use --arch mlp, or train.py")
-    if os.path.exists(os.path.join(run["dir"], "checkpoint.pt")):
+    if os.path.exists(os.path.join(run["dir"], "checkpoint.pt")) and not done(run):  # train.py keeps it at the end
         raise BadInput(f"{run['dir']} holds a train.py run in progress; finish it with train.py --resume, or "
                        f"delete it")
     if os.path.exists(os.path.join(run["dir"], "summary.json")) and not same_run(run["dir"], run["key"]):
