@@ -11,15 +11,16 @@ import pytest
 from test_faults import readme_and_docs, shown_commands
 from test_mnist import write_idx
 
-from tools import attribution, demo, demo_grid
+from tools import attribution, attribution_grid, demo, demo_grid
 
 
 def scored(values, diverged=()):
-    """runs as load_dir gives them: {lr: validation accuracy} of one row, every selection seed alike."""
+    """runs as load_dir gives them: {lr: validation accuracy, or a list of one per selection seed} of one row."""
     runs = {}
     for lr, v in values.items():
-        for s in attribution.SELECT_SEEDS:
-            runs[f"select/zero-lr{lr:g}-s{s}"] = dict(rows=[dict(val_acc_mean=v)], diverged=lr in diverged)
+        for i, s in enumerate(attribution_grid.SELECT_SEEDS):
+            runs[f"select/zero-lr{lr:g}-s{s}"] = dict(rows=[dict(val_acc_mean=v[i] if isinstance(v, list) else v)],
+                                                       diverged=lr in diverged)
     return runs
 
 
@@ -44,7 +45,24 @@ def test_a_diverged_step_makes_the_choice_interior_and_the_cap_marks_an_edge(one
     assert todo == [] and choice["zero"]["lr"] == 0.1 and choice["zero"]["edge"] is None
     rising = {0.05: 70, 0.07: 71, 0.1: 72, 0.14: 73, 0.2: 74, 0.28: 75}  # EXTEND = 3 steps beyond 0.1
     choice, todo = attribution.choose(scored(rising), 0.6)
-    assert todo == [] and choice["zero"] == dict(lr=0.28, val=75, edge="top", es_lr=0.28)
+    assert todo == [] and choice["zero"] == dict(lr=0.28, val=75, edge="top", es_lr=0.28, tie=None)
+
+
+def test_the_best_two_within_one_standard_error_tie_and_the_lr_nearer_the_base_is_kept(monkeypatch):
+    monkeypatch.setitem(attribution.GRIDS, 0.6, {"zero": (0.05, 0.07, 0.1, 0.14)})
+    base = {0.05: 60, 0.07: [70.5, 71], 0.14: 65}
+    # 0.1 leads by 0.25, its paired differences 1.5 and -1: s.e. 1.25 > 0.25, a tie; 0.07 is nearer 0.05
+    choice, todo = attribution.choose(scored({**base, 0.1: [72, 70]}), 0.6)
+    assert todo == [] and (choice["zero"]["lr"], choice["zero"]["tie"], choice["zero"]["val"]) == (0.07, 0.1, 70.75)
+    # differences 1.5 and 0.5: a lead of 1 against an s.e. of 0.5, no tie
+    choice, _ = attribution.choose(scored({**base, 0.1: [72, 71.5]}), 0.6)
+    assert (choice["zero"]["lr"], choice["zero"]["tie"]) == (0.1, None)
+    # the best nearer the base lr stays, and names what it tied with
+    choice, _ = attribution.choose(scored({**base, 0.07: [71, 70.5], 0.1: [70, 71]}), 0.6)
+    assert (choice["zero"]["lr"], choice["zero"]["tie"]) == (0.07, 0.1)
+    table = "\n".join(attribution.select_table(scored({**base, 0.1: [72, 70]}), 0.6,
+                                                attribution.choose(scored({**base, 0.1: [72, 70]}), 0.6)[0]))
+    assert "| 0.07 | 70.75 ± 0.25 | 70.50 71.00 | run | **✓** (a tie with 0.1: nearer the base lr) |" in table
 
 
 def test_a_diverged_setting_scores_minus_infinity_and_reads_diverged(one_row):
@@ -55,7 +73,7 @@ def test_a_diverged_setting_scores_minus_infinity_and_reads_diverged(one_row):
 
 
 def test_the_published_selection_counts_at_40_percent():
-    got = attribution.published()
+    got = attribution_grid.published()
     assert got["zero", 0.025] == [72.94, 70.88] and got["cmdp", 0.1] == [78.38, 77.62]  # docs/fmnist/select.md
     assert ("all", 0.1) in got and len([k for k in got if k[0] == "cmdp"]) == 5  # eta 2, b -5 only
 
@@ -66,9 +84,9 @@ def test_every_stage_end_to_end_on_tiny_files_and_the_tables_from_the_raw_data_a
                                        "--augment", "none", "--weight-decay", "0", "--epochs", "2", "--milestones", "1",
                                        "--batch-size", "32", "--noise", "sym", "--rate", "0.4"])
     monkeypatch.setitem(attribution.GRIDS, 0.6, {row: (0.05,) for row in ("zero", "all", "cmdp", "shuffled")})
-    monkeypatch.setattr(attribution, "EXTEND", 0)
-    monkeypatch.setattr(attribution, "SELECT_SEEDS", (100,))
-    monkeypatch.setattr(attribution, "REPORT_SEEDS", (0, 1))
+    monkeypatch.setattr(attribution_grid, "EXTEND", 0)
+    monkeypatch.setattr(attribution_grid, "SELECT_SEEDS", (100,))
+    monkeypatch.setattr(attribution_grid, "REPORT_SEEDS", (0, 1))
     out = str(tmp_path / "sweeps")
     base = ["--rate", "0.6", "--out", out, "--data-dir", str(tmp_path / "data")]
     assert attribution.main(["all", *base, "--", "--device", "cpu"]) == 0
@@ -104,7 +122,7 @@ def test_every_stage_end_to_end_on_tiny_files_and_the_tables_from_the_raw_data_a
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["report", "--rate", "0.5"], "--rate 0.5: the declared grids are for 0.4, 0.6"),
+    (["report", "--rate", "0.3"], "--rate 0.3: the declared grids are for 0.4, 0.5, 0.6"),
     (["report", "--rows", "cmdp,nope"], "--rows: unknown nope"),
     (["select", "--rate", "0.6", "--published-choice"], "--published-choice goes with report or tables --rate 0.4"),
     (["report", "--jobs", "0"], "--jobs must be at least 1"),
@@ -138,8 +156,8 @@ def test_the_stages_run_through_tools_batched(tmp_path, monkeypatch):
                                        "--augment", "none", "--weight-decay", "0", "--epochs", "2", "--milestones", "1",
                                        "--batch-size", "32", "--noise", "sym", "--rate", "0.4"])
     monkeypatch.setitem(attribution.GRIDS, 0.6, {row: (0.05,) for row in ("zero", "cmdp")})
-    monkeypatch.setattr(attribution, "EXTEND", 0)
-    monkeypatch.setattr(attribution, "SELECT_SEEDS", (100, 101))
+    monkeypatch.setattr(attribution_grid, "EXTEND", 0)
+    monkeypatch.setattr(attribution_grid, "SELECT_SEEDS", (100, 101))
     out = str(tmp_path / "sweeps")
     argv = ["select", "--rate", "0.6", "--out", out, "--data-dir", str(tmp_path / "data"), "--batched"]
     assert attribution.main([*argv, "--", "--device", "cpu"]) == 0

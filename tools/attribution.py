@@ -14,59 +14,25 @@ Co-teaching (tau = the rate; 40%); the report adds `step` (zero knowledge at 2x 
 (--peer-weight mean: CMD-P's selection without the extra weight).
 
 select -- each row on its lr grid (GRIDS), selection seeds (not reported); the choice: the best mean final-epoch
-          validation accuracy, a diverged setting -inf. EDGE RULE: a choice on an edge of its grid extends it by
-          one step of LADDER (sqrt(2)) that way, until the choice is interior, the next step diverged, or EXTEND
-          steps were added (then it is marked). At 40%, zero, all and CMD-P also count the published selection
-          (docs/fmnist/select.md, one H100) at lr 0.025 to 0.1.
+          validation accuracy, a diverged setting -inf, then the EDGE and TIE RULES (tools/attribution_grid.py).
+          At 40%, zero, all and CMD-P also count the published selection (docs/fmnist/select.md, one H100) at lr
+          0.025 to 0.1.
 report -- the rows at their choices on REPORT_SEEDS, with paired differences (PAIRS) and diagnostics.
 """
 import argparse
-import functools
 import glob
 import json
 import math
 import os
-import re
 import shlex
 import sys
 import time
 
-from tools import batched, demo_grid, demo_tables, rawdata
+from tools import attribution_grid as grid, batched, demo_grid, demo_tables, rawdata
+from tools.attribution_grid import (GRIDS, PAIRS, ROWS, choose, flags, grid_of, published_choice, report_cells,
+                                    val_scores)
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics
-
-LADDER = (0.0044, 0.00625, 0.0088, 0.0125, 0.0177, 0.025, 0.035, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8)
-EXTEND = 3  # at most this many sqrt(2) steps beyond a row's declared grid, each way
-CMDP = ["--mode", "progressive", "--lc", "mylc", "--eta", "2", "--b", "-5"]  # the committed selection's eta, b
-ROWS = {
-    "zero": ("MyLC, zero knowledge", ["--mode", "zero", "--lc", "mylc"]),
-    "all": ("MyLC, all knowledge (η = 1)", ["--mode", "all", "--lc", "mylc"]),
-    "cmdp": ("MyLC, CMD-P (η = 2, b = −5)", CMDP),
-    "shuffled": ("MyLC, CMD-P's count at random positions", CMDP + ["--select", "shuffled"]),
-    "coteach": ("Co-teaching, τ = the true rate", ["--mode", "coteach"]),
-    "step": ("MyLC, zero knowledge at 2× CMD-P's lr (step-size control)", ["--mode", "zero", "--lc", "mylc"]),
-    "mean": ("MyLC, CMD-P, --peer-weight mean (no extra weight)", CMDP + ["--peer-weight", "mean"]),
-    "clean": ("CE, clean labels (reference)", ["--mode", "zero", "--lc", "ce", "--noise", "none", "--rate", "0"]),
-}
-# The declared grids, per noise rate, before any run of this experiment. 40%: the published lrs 0.025 to 0.1
-# of zero, all and CMD-P stand (PUBLISHED) and these extend them; 60%: the four rows that decide the question.
-GRIDS = {
-    0.4: {"zero": (0.0125, 0.0177, 0.14, 0.2, 0.28), "all": (0.14, 0.2, 0.28), "cmdp": (0.14, 0.2, 0.28),
-          "shuffled": (0.05, 0.07, 0.1, 0.14, 0.2, 0.28), "coteach": (0.025, 0.035, 0.05, 0.07, 0.1, 0.14)},
-    0.6: {row: (0.05, 0.07, 0.1, 0.14, 0.2, 0.28) for row in ("zero", "all", "cmdp", "shuffled")},
-}
-PUBLISHED = {"zero": "MyLC, zero knowledge", "all": "MyLC, all knowledge (η = 1)", "cmdp": "MyLC, CMD-P"}
-SELECT_SEEDS, REPORT_SEEDS, CLEAN_SEEDS = demo_grid.SELECT_SEEDS, demo_grid.REPORT_SEEDS, (0, 1)
-# (row, against): the paired differences the report prints; the first answers the question
-PAIRS = [("cmdp", "shuffled"), ("cmdp", "all"), ("cmdp", "zero"), ("shuffled", "zero"), ("all", "zero"), ("step", "zero"),
-         ("cmdp", "step"), ("mean", "zero"), ("cmdp", "mean"), ("coteach", "zero"), ("cmdp", "coteach")]
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def flags(row, rate, lr):
-    """train.py's flags of a row at a noise rate and lr: the demonstration's regime (demo_grid.BASE) at this rate."""
-    base = [f"{rate:g}" if i and demo_grid.BASE[i - 1] == "--rate" else v for i, v in enumerate(demo_grid.BASE)]
-    return base + ROWS[row][1] + ["--lr", f"{lr:g}"]  # later flags win: the clean row's --noise none --rate 0
 
 
 def jobs_of(out, rate, stage, cells, data, extra):
@@ -105,81 +71,10 @@ def pack(out, path):
 
 
 # ---------------------------------------------------------------- select
-@functools.cache
-def published():
-    """{(row, lr): [val acc per selection seed]} of the committed selection at 40% (docs/fmnist/select.md)."""
-    got = {}
-    with open(os.path.join(HERE, "docs", "fmnist", "select.md")) as f:
-        for line in f:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            for row, label in PUBLISHED.items():
-                if len(cells) == 7 and cells[0] == label and (row != "cmdp" or cells[2:4] == ["2", "-5"]):
-                    got[row, float(cells[1])] = [float(v) for v in cells[5].split()]
-    return got
-
-
-def val_scores(runs, rate, row, lr):
-    """(mean validation accuracy over the selection seeds, per seed, where from); -inf if one diverged, None if
-    a seed has not finished."""
-    if rate == 0.4 and (row, lr) in published():
-        vals = published()[row, lr]
-        return sum(vals) / len(vals), vals, "published"
-    got = [runs.get(f"select/{row}-lr{lr:g}-s{s}") for s in SELECT_SEEDS]
-    if any(r is None for r in got):
-        return None, [], "to run"
-    if any(r["diverged"] for r in got):
-        return -math.inf, [], "diverged"
-    vals = [r["rows"][-1]["val_acc_mean"] for r in got]
-    return sum(vals) / len(vals), vals, "run"
-
-
-def grid_of(rate, row, runs):
-    """A row's lrs: the declared grid, the published ones, and every extension the edge rule has made so far
-    (the runs say which)."""
-    lrs = set(GRIDS[rate][row]) | ({lr for (r, lr) in published() if r == row} if rate == 0.4 else set())
-    lrs |= {float(m.group(1)) for name in runs for m in [re.match(rf"select/{re.escape(row)}-lr([0-9.e-]+)-s", name)]
-            if m}
-    return sorted(lrs)
-
-
-def choose(runs, rate):
-    """{row: dict(lr, val, edge, es_lr)} and the cells still to run [(row, lr)]: the declared grid first, then
-    the edge rule's next step. es_lr: the lr chosen by the best-epoch validation accuracy instead."""
-    choice, todo = {}, []
-    for row in GRIDS[rate]:
-        lrs = grid_of(rate, row, runs)
-        scored = {lr: val_scores(runs, rate, row, lr) for lr in lrs}
-        missing = [lr for lr, s in scored.items() if s[0] is None]
-        if missing:
-            todo += [(row, lr) for lr in missing]
-            continue
-        best = max(lrs, key=lambda lr: (scored[lr][0], -lr))
-        edge = None
-        if best in (lrs[0], lrs[-1]):  # a diverged neighbour is in lrs, so an edge choice has none beyond it
-            up = best == lrs[-1]
-            declared = sorted(set(GRIDS[rate][row]) | {lr for (r, lr) in published() if r == row and rate == 0.4})
-            declared = declared[-1 if up else 0]
-            i = LADDER.index(best) + (1 if up else -1)
-            if 0 <= i < len(LADDER) and abs(i - LADDER.index(declared)) <= EXTEND:
-                todo.append((row, LADDER[i]))
-                continue
-            edge = "top" if up else "bottom"
-        es = {lr: best_epoch_val(runs, row, lr) for lr in lrs if scored[lr][2] == "run"}
-        es_lr = max(es, key=lambda lr: (es[lr], -lr)) if es else None
-        choice[row] = dict(lr=best, val=round(scored[best][0], 3), edge=edge, es_lr=es_lr)
-    return choice, todo
-
-
-def best_epoch_val(runs, row, lr):
-    got = [runs.get(f"select/{row}-lr{lr:g}-s{s}") for s in SELECT_SEEDS]
-    if any(r is None or r["diverged"] for r in got):
-        return -math.inf
-    return sum(max(x["val_acc_mean"] for x in r["rows"]) for r in got) / len(got)
-
 
 def select_table(runs, rate, choice):
-    lines = [f"| row | lr | val acc, mean ± s.e. over seeds {', '.join(map(str, SELECT_SEEDS))} | seeds | from | "
-             f"chosen |", "|---|---|---|---|---|---|"]
+    seeds = ", ".join(map(str, grid.SELECT_SEEDS))
+    lines = [f"| row | lr | val acc, mean ± s.e. over seeds {seeds} | seeds | from | chosen |", "|---" * 6 + "|"]
     for row in GRIDS[rate]:
         for lr in grid_of(rate, row, runs):
             m, vals, where = val_scores(runs, rate, row, lr)
@@ -187,7 +82,8 @@ def select_table(runs, rate, choice):
             se = mean_std(vals)[1] / math.sqrt(len(vals)) if len(vals) > 1 else None
             score = "–" if m is None else "diverged" if m == -math.inf else fmt(m, se)  # "–": not run yet
             edge = {None: "", "published": " (committed)"}.get(c.get("edge"), f" (on the {c.get('edge')} edge)")
-            mark = "**✓**" + edge if c.get("lr") == lr else ""
+            tie = f" (a tie with {c['tie']:g}: nearer the base lr)" if c.get("tie") else ""
+            mark = "**✓**" + edge + tie if c.get("lr") == lr else ""
             lines.append(f"| {ROWS[row][0]} | {lr:g} | {score} | {' '.join(f'{v:.2f}' for v in vals)} | {where} | "
                          f"{mark} |")
     es = ", ".join(f"{ROWS[r][0]} {c['es_lr']:g}" for r, c in choice.items() if c.get("es_lr") is not None)
@@ -195,27 +91,6 @@ def select_table(runs, rate, choice):
 
 
 # ---------------------------------------------------------------- report
-def report_cells(rate, choice, rows=None):
-    """(row, lr, seed) of the report, seed by seed (a report cut short still pairs its rows): each row at its
-    choice, the step-size control at 2x CMD-P's lr, the normalised control at CMD-P's, the clean reference on
-    CLEAN_SEEDS. rows: only these."""
-    lr = {row: c["lr"] for row, c in choice.items()}
-    lr.update(step=2 * lr["cmdp"], mean=lr["cmdp"], clean=demo_grid.BASE_LR)
-    return [(row, lr[row], s) for s in REPORT_SEEDS for row in lr
-            if (row != "clean" or s in CLEAN_SEEDS) and (rows is None or row in rows)]
-
-
-def published_choice(runs):
-    """At 40%: the committed selection's choices (docs/fmnist/choice.json) for zero, all and CMD-P, and CMD-P's
-    lr for the shuffled control, for a report on a machine too slow for the new selection; and the choice of
-    every other row whose own selection has finished in runs (Co-teaching's)."""
-    with open(os.path.join(HERE, "docs", "fmnist", "choice.json")) as f:
-        saved = json.load(f)
-    lr = {row: saved[f"mylc-{row}"]["lr"] for row in ("zero", "all", "cmdp")}
-    lr["shuffled"] = lr["cmdp"]
-    own = {row: c for row, c in choose(runs, 0.4)[0].items() if row not in lr}
-    return {**{row: dict(lr=v, val=None, edge="published", es_lr=None) for row, v in lr.items()}, **own}
-
 
 def report_runs(runs, rate, choice):
     """{row: {seed: metrics rows}} of the finished report runs."""
@@ -285,7 +160,7 @@ def select(args, data, extra, log):
     while True:
         runs = load_dir(args.out, args.rate)
         choice, todo = choose(runs, args.rate)
-        run_cells(args, [(row, lr, s) for row, lr in todo for s in SELECT_SEEDS], "select", data, extra, log)
+        run_cells(args, [(row, lr, s) for row, lr in todo for s in grid.SELECT_SEEDS], "select", data, extra, log)
         if not todo or args.dry_run:
             return choice, runs
         if log:
@@ -303,14 +178,16 @@ def render(runs, rate, choice, where, footer, published=False):
     pct, known = f"{100 * rate:g}%", " The report takes the committed choices for zero, all, CMD-P and shuffled."
     write(os.path.join(where, "select.md"), [
         f"# Selection at {pct} symmetric noise, on the clean 10% validation split", "", "Each row's choice: the "
-        "best mean final-epoch validation accuracy over the selection seeds; the edge rule (tools/attribution.py)"
-        " extends a grid whose choice is on its edge." + (known if published else ""), ""] +
+        "best mean final-epoch validation accuracy over the selection seeds; the edge rule (tools/attribution_grid.py)"
+        " extends a grid whose best is on its edge, and the tie rule keeps the lr nearer 0.05 when the best two are"
+        " within one standard error of their paired difference." + (known if published else ""), ""] +
         select_table(runs, rate, choice) + ["", footer])
     if any(k.startswith("report/") for k in runs):
         lines, ok = preconditions(runs, rate, choice)
         write(os.path.join(where, "report.md"), [
             f"# Fashion-MNIST, {pct} symmetric noise: does the confident selection matter?", "",
-            f"Seeds {', '.join(map(str, REPORT_SEEDS))} (clean reference: {', '.join(map(str, CLEAN_SEEDS))}). Final "
+            f"Seeds {', '.join(map(str, grid.REPORT_SEEDS))} (clean reference: "
+            f"{', '.join(map(str, grid.CLEAN_SEEDS))}). Final "
             "test accuracy: the mean of the two models' final-epoch accuracies, mean ± std over seeds. Early-stopped: "
             "the test accuracy at each run's best validation epoch. Diagnostics: means over epochs and the two "
             "directions (memorised: the last epoch).", ""] + report_table(runs, rate, choice) +
@@ -330,7 +207,8 @@ def main(argv=None):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="Flags after -- go to every train.py (e.g. -- --device cuda --amp off).")
     p.add_argument("stage", choices=("select", "report", "all", "pack", "tables"))
-    p.add_argument("--rate", type=float, default=0.4, help=f"the symmetric noise rate: {', '.join(map(str, GRIDS))}")
+    rates = ", ".join(map(str, sorted(GRIDS)))
+    p.add_argument("--rate", type=float, default=0.4, help=f"the symmetric noise rate: {rates}")
     p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs go to DIR/attribution/r<rate>/")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="the four Fashion-MNIST IDX files")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
@@ -348,7 +226,7 @@ def main(argv=None):
     if args.published_choice and (args.rate != 0.4 or args.stage not in ("report", "tables")):
         p.error("--published-choice goes with report or tables --rate 0.4: the committed selection is at 40%")
     if args.rate not in GRIDS:
-        p.error(f"--rate {args.rate:g}: the declared grids are for {', '.join(map(str, GRIDS))}")
+        p.error(f"--rate {args.rate:g}: the declared grids are for {rates}")
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
     command = shlex.join(["python", "-m", "tools.attribution", *argv])

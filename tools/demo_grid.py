@@ -84,9 +84,10 @@ GRID = {
 KNOBS = {"coteach-oracle": None, "coteach": ("--forget-rate", (0.3, 0.4, 0.5)),
          "coteach+": ("--forget-rate", (0.3, 0.4, 0.5)), "jocor": ("--jocor-lambda", (0.7, 0.85, 0.95)),
          "gce-zero": ("--gce-q", (0.5, 0.7, 0.9))}
-PRECONDITIONS = ("harm: zero knowledge's final test accuracy >= 5 points below clean labels; memorisation happens: "
-                 ">= 30% of the noisy labels memorised at the end; memorisation is slow: < 25% memorised at a "
-                 "quarter of the run, and memorisation first reaches half its final value after a third of it")
+PRECONDITIONS = ("harm: zero knowledge's final accuracy on the clean validation split >= 5 points below clean "
+                 "labels; memorisation happens: >= 30% of the noisy labels memorised at the end; memorisation is "
+                 "slow: < 25% memorised at a quarter of the run, and memorisation first reaches half its final value "
+                 "after a third of it")
 
 
 class Plan(NamedTuple):

@@ -34,14 +34,14 @@ def preconditions(zero_dirs, clean_dirs):
 
 def preconditions_of(zero_runs, clean_runs):
     """preconditions from the runs' metrics rows: zero_runs {label: [rows of each seed]}, clean_runs [rows]."""
-    clean = mean_std([rows[-1]["test_acc_mean"] for rows in clean_runs])[0]
+    clean = mean_std([rows[-1]["val_acc_mean"] for rows in clean_runs])[0]  # the clean validation split, never test
     lines, ok = [], True
     for label, runs in zero_runs.items():
         t = [memorisation_timing(rows) for rows in runs]
         end, quarter = (sum(x[i] for x in t) / len(t) for i in (0, 1))
         half, n = sum(x[2] for x in t) / len(t), t[0][3]
-        acc = mean_std([rows[-1]["test_acc_mean"] for rows in runs])[0]
-        checks = [(clean - acc >= 5, f"harm {clean - acc:.1f} points (final {acc:.2f} vs clean {clean:.2f})"),
+        acc = mean_std([rows[-1]["val_acc_mean"] for rows in runs])[0]
+        checks = [(clean - acc >= 5, f"harm {clean - acc:.1f} points (final val {acc:.2f} vs clean {clean:.2f})"),
                   (end >= 0.3, f"memorised at the end {end:.2f}"),
                   (quarter < 0.25, f"at a quarter ({round(n / 4)} of {n} epochs) {quarter:.2f}"),
                   (half > n / 3, f"half of the final value first at epoch {half:.1f} (a third: {n / 3:.1f})")]
