@@ -65,6 +65,20 @@ def test_the_best_two_within_one_standard_error_tie_and_the_lr_nearer_the_base_i
     assert "| 0.07 | 70.75 ± 0.25 | 70.50 71.00 | run | **✓** (a tie with 0.1: nearer the base lr) |" in table
 
 
+def test_rows_select_only_what_their_report_needs():
+    runs = {f"select/zero-lr{lr:g}-s{s}": dict(rows=[dict(val_acc_mean=70 - abs(lr - 0.14))], diverged=False)
+            for lr in (0.05, 0.07, 0.1, 0.14, 0.2, 0.28) for s in attribution_grid.SELECT_SEEDS}
+    runs.update({k.replace("zero", "cmdp"): v for k, v in runs.items()})
+    choice, todo = attribution.choose(runs, 0.6, attribution_grid.needs(["zero", "clean"]))
+    assert set(choice) == {"zero"} and choice["zero"]["lr"] == 0.14 and todo == []  # nothing of the other rows
+    cells = attribution.report_cells(0.6, {"zero": dict(lr=0.14)}, ["zero", "clean"])
+    assert {(r, lr) for r, lr, _ in cells} == {("zero", 0.14), ("clean", demo_grid.BASE_LR)} and len(cells) == 7
+    assert attribution_grid.needs(["step", "mean", "clean"]) == {"cmdp"}  # both follow CMD-P's lr
+    choice, todo = attribution.choose(runs, 0.6, attribution_grid.needs(["step"]))
+    assert set(choice) == {"cmdp"} and todo == []
+    assert attribution.choose(runs, 0.6)[1][0] == ("all", 0.05)  # without rows, every row's grid
+
+
 def test_a_diverged_setting_scores_minus_infinity_and_reads_diverged(one_row):
     runs = scored({0.05: 70, 0.07: 71, 0.1: 72, 0.14: 0}, diverged={0.14})
     assert attribution.val_scores(runs, 0.6, "zero", 0.14)[0] == -math.inf

@@ -5,6 +5,7 @@ knowledge, zero knowledge, a step-size control and Co-teaching, on the Fashion-M
     python -m tools.attribution report --rate 0.6 --out sweeps/fmnist --jobs 2   # 5 seeds at the choices
     python -m tools.attribution all --rate 0.6 -- --device cuda --amp off   # both, on one GPU (tools.batched)
     python -m tools.attribution select --rate 0.6 --dry-run    # the train.py commands, to run one row by hand
+    python -m tools.attribution all --rate 0.5 --rows zero,clean --batched   # a new rate's preconditions first
     python -m tools.attribution report --rate 0.4 --published-choice --batched   # 40% at the committed choices
     python -m tools.attribution pack --out sweeps/fmnist       # every run's numbers into docs/fmnist/runs.jsonl.gz
     python -m tools.attribution tables --rate 0.4 --from docs/fmnist/runs.jsonl.gz   # the tables from those alone
@@ -155,11 +156,11 @@ def run_cells(args, cells, stage, data, extra, log):
             log.append(f"{j['name']}: {failed[j['name']]}")
 
 
-def select(args, data, extra, log):
+def select(args, data, extra, log, rows):
     """Select, extending grids by the edge rule, until every row's choice stands; (choice, runs)."""
     while True:
         runs = load_dir(args.out, args.rate)
-        choice, todo = choose(runs, args.rate)
+        choice, todo = choose(runs, args.rate, grid.needs(rows))
         run_cells(args, [(row, lr, s) for row, lr in todo for s in grid.SELECT_SEEDS], "select", data, extra, log)
         if not todo or args.dry_run:
             return choice, runs
@@ -216,7 +217,8 @@ def main(argv=None):
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands instead of running them")
     p.add_argument("--from", dest="pack", default="docs/fmnist/runs.jsonl.gz",
                    help="tables: the raw data to render from; pack: where to write it")
-    p.add_argument("--rows", help=f"report: only these rows, a comma list of {', '.join(ROWS)}")
+    p.add_argument("--rows", help=f"select and report: only these rows, a comma list of {', '.join(ROWS)} (zero "
+                                  "knowledge and the clean reference alone: a new rate's preconditions)")
     p.add_argument("--published-choice", action="store_true",
                    help="report at 40%%: the committed selection's choices (docs/fmnist/choice.json), no selection runs")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -249,9 +251,10 @@ def main(argv=None):
         runs = load_dir(args.out, args.rate)
         choice = published_choice(runs)
     else:
-        choice, runs = select(args, data, extra, log)  # the report's settings follow from the selection's runs
+        choice, runs = select(args, data, extra, log, rows)  # the report's lrs follow from the selection's runs
     if args.dry_run:
-        if args.stage != "select" and not {"zero", "cmdp"} <= set(choice):
+        need = set(GRIDS[args.rate]) if rows is None else grid.needs(rows)
+        if args.stage != "select" and not need <= set(choice):
             print("# the report's commands follow from the selection's choices: run the selection first")
         elif args.stage != "select":
             run_cells(args, report_cells(args.rate, choice, rows), "report", data, extra, log)

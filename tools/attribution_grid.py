@@ -91,12 +91,13 @@ def grid_of(rate, row, runs):
     return sorted(lrs)
 
 
-def choose(runs, rate):
+def choose(runs, rate, rows=None):
     """{row: dict(lr, val, edge, es_lr, tie)} and the cells still to run [(row, lr)]: the declared grid first,
     then the edge rule's next step; then the tie rule. edge: "top"/"bottom" where the cap stopped the edge rule;
-    es_lr: the lr chosen by the best-epoch validation accuracy instead; tie: the lr the choice tied with."""
+    es_lr: the lr chosen by the best-epoch validation accuracy instead; tie: the lr the choice tied with.
+    rows: only these (zero knowledge alone first, to check a new rate's preconditions)."""
     choice, todo = {}, []
-    for row in GRIDS[rate]:
+    for row in [r for r in GRIDS[rate] if rows is None or r in rows]:
         lrs = grid_of(rate, row, runs)
         scored = {lr: val_scores(runs, rate, row, lr) for lr in lrs}
         missing = [lr for lr, s in scored.items() if s[0] is None]
@@ -147,9 +148,14 @@ def report_cells(rate, choice, rows=None):
     choice, the step-size control at 2x CMD-P's lr, the normalised control at CMD-P's, the clean reference on
     CLEAN_SEEDS. rows: only these."""
     lr = {row: c["lr"] for row, c in choice.items()}
-    lr.update(step=2 * lr["cmdp"], mean=lr["cmdp"], clean=demo_grid.BASE_LR)
+    lr.update({"step": 2 * lr["cmdp"], "mean": lr["cmdp"]} if "cmdp" in lr else {}, clean=demo_grid.BASE_LR)
     return [(row, lr[row], s) for s in REPORT_SEEDS for row in lr
             if (row != "clean" or s in CLEAN_SEEDS) and (rows is None or row in rows)]
+
+
+def needs(rows):
+    """The selected rows a report of these rows needs (None: all): step and mean follow CMD-P's lr."""
+    return None if rows is None else {"cmdp" if r in ("step", "mean") else r for r in rows} - {"clean"}
 
 
 def published_choice(runs):
