@@ -125,7 +125,8 @@ def choose(runs, rate, rows=None):
 
 def settle(scored, lrs):
     """The TIE RULE: (the lr kept, the lr it tied with or None). scored: {lr: (mean, per-seed values, where)}."""
-    first, second = sorted(lrs, key=lambda lr: (scored[lr][0], -lr), reverse=True)[:2] + [None][:len(lrs) < 2]
+    order = sorted(lrs, key=lambda lr: (scored[lr][0], -lr), reverse=True)
+    first, second = order[0], order[1] if len(order) > 1 else None
     if second is None or scored[second][0] == -math.inf:
         return first, None
     m, s, n = mean_std([a - b for a, b in zip(scored[first][1], scored[second][1])])
