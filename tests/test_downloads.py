@@ -191,6 +191,15 @@ def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing
         assert os.listdir(tmp_path) == (["data"] if made else []) and (not made or os.listdir(data) == [])
 
 
+def test_a_mirror_that_is_no_url_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        train.main(["--dataset", "cifar10", "--data-dir", str(tmp_path / "data"), "--data-mirror", "mirror.lan/data",
+                    "--out", str(tmp_path / "run"), *RUN])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--data-mirror mirror.lan/data is not a URL" in err and os.listdir(tmp_path) == []
+
+
 def test_the_readme_command_offline_names_the_network_failure(tmp_path, closed_port):
     """A fresh checkout on a machine without network: the README's main command, as typed, in a folder with no data/.
     The network is a proxy that refuses every connection, so nothing leaves the loopback even where a network is."""

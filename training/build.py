@@ -37,8 +37,9 @@ def load_data(args):
     synthetic = datasets.Synthetic(size=args.synthetic_size, test_size=args.synthetic_test_size,
                                    classes=args.synthetic_classes, difficulty=args.synthetic_difficulty,
                                    shift=args.synthetic_shift, seed=args.seed)
+    mirror = getattr(args, "data_mirror", None)  # evaluate.py --run reads config.json, older ones lack it
     d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, synthetic=synthetic,
-                              mirror=args.data_mirror)
+                              mirror=mirror)
     rng = np.random.default_rng(args.seed if args.subset_seed is None else args.subset_seed)
     keep = np.arange(len(d.train.labels))
     if args.subset is not None:

@@ -25,6 +25,7 @@ import shutil
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from typing import NamedTuple
@@ -78,6 +79,8 @@ def fetch(name, data_dir, mirror=None):
     """
     src = SOURCES[name]
     target = os.path.join(data_dir, src.folder)
+    if mirror and urllib.parse.urlsplit(mirror).scheme not in ("http", "https", "file"):
+        raise DataError(f"--data-mirror {mirror} is not a URL; give one that starts with http://, https:// or file://")
     if src.archive and os.path.exists(target):  # the loader found it incomplete
         raise DataError(f"{target} is there but incomplete; delete it to download {src.files[0][0]} again")
     try:
