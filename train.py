@@ -39,7 +39,7 @@ import torch.distributed as dist
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from noise import add_noise
-from training import datasets, rundir, runfiles
+from training import datasets, images, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, eval_batches, load_data
 from training.cifar_n import human_labels
@@ -54,7 +54,7 @@ def check_files(args, train, tests, log):
     paths = [p for ds in files for p in ds.paths]
     if paths:
         log(f"checking {len(paths)} images with {max(1, args.workers)} threads", flush=True)
-        datasets.check_images(paths, args.workers)
+        images.check_images(paths, args.workers)
         log(f"--check-images: all {len(paths)} images can be read")
     elif args.dataset == "folder":
         log("--check-images: the folder's images are small, so all were decoded when it was loaded")

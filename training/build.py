@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 import models
-from training import datasets, rundir
+from training import datasets, images, rundir
 from training.batches import Batches, Placement, Spec
 from training.config import fail, pick_device
 
@@ -37,7 +37,9 @@ def load_data(args):
     synthetic = datasets.Synthetic(size=args.synthetic_size, test_size=args.synthetic_test_size,
                                    classes=args.synthetic_classes, difficulty=args.synthetic_difficulty,
                                    shift=args.synthetic_shift, seed=args.seed)
-    d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, synthetic=synthetic)
+    mirror = getattr(args, "data_mirror", None)  # evaluate.py --run reads config.json, older ones lack it
+    d = datasets.load_dataset(args.dataset, args.data_dir, image_size=args.image_size, synthetic=synthetic,
+                              mirror=mirror)
     rng = np.random.default_rng(args.seed if args.subset_seed is None else args.subset_seed)
     keep = np.arange(len(d.train.labels))
     if args.subset is not None:
@@ -48,9 +50,9 @@ def load_data(args):
     if args.val_split > 0:  # the paper's clean validation split for hyperparameter search
         perm = rng.permutation(keep)
         n_val = max(1, int(round(args.val_split * len(keep))))
-        tests["val"] = datasets.take(d.train, np.sort(perm[:n_val]))
+        tests["val"] = images.take(d.train, np.sort(perm[:n_val]))
         keep = np.sort(perm[n_val:])
-    return d, datasets.take(d.train, keep), tests, keep
+    return d, images.take(d.train, keep), tests, keep
 
 
 def batch_args(args, d, setup):

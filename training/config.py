@@ -120,7 +120,11 @@ def parser():
                         "--noise human); fashionmnist, mnist: 28x28 grayscale from IDX files (Debian: apt-get install "
                         "dataset-fashion-mnist, then --data-dir /usr/share/datasets/fashion-mnist); folder: any "
                         "ImageFolder tree; synthetic: generated in memory, for CPU runs")
-    g.add_argument("--data-dir", default="data", help="dataset root; cifar100, cifar10, fashionmnist and mnist download here on first use (when online)")
+    g.add_argument("--data-dir", default="data",
+                   help="dataset root; cifar100, cifar10, fashionmnist, mnist and food101 download here on first use")
+    g.add_argument("--data-mirror", metavar="URL",
+                   help="download from URL (http://, https://, file://), which holds the published files under their "
+                        "own names (cifar-100-python.tar.gz, ...), instead of each dataset's site; md5-checked alike")
     g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/28/224/299)")
     g.add_argument("--subset", type=int, help="train on N samples drawn with --subset-seed (default: --seed)")
     g.add_argument("--subset-seed", type=int,

@@ -20,15 +20,15 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torchvision
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
 from training import safe_pickle, webvision
+from training.download import fetch
 from training.idx import IDX, read_idx_dataset
-# Data, DataError, take, check_images, ... are images.py's; train.py reaches them through this module too.
+# Data, DataError, FileImages, ... are images.py's; train.py reaches them through this module too.
 from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataError, FileImages, TensorImages,
-                             check_images, first_line, label_array, open_image, require_file, take, to_rgb)
+                             first_line, label_array, open_image, require_file, to_rgb)
 from training.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, Synthetic, make_synthetic
 
 # Datasets whose paper augmentation is crop-only: a mirrored 2, 3, 4, 5, 6, 7 or 9 is no digit
@@ -41,8 +41,11 @@ CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic()):
+def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic(), mirror=None):
     """name -> Data. data_dir is unused for "synthetic". Raises DataError on bad input.
+
+    download: fetch cifar100/cifar10/fashionmnist/mnist/food101 into data_dir when they are not there
+    (download.py), from `mirror` (a URL that holds the published files) if given, else from their own sites.
 
     image_size: food101/webvision/folder crop size (default 224/299/224); the side
     of synthetic images (default 32); cifar10/100 accept only None or 32, fashionmnist/mnist
@@ -63,11 +66,11 @@ def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synth
         raise DataError(f"dataset '{name}' reads files, but no data directory was given; pass --data-dir")
     data_dir = os.fspath(data_dir)
     if name in CIFAR:
-        return _cifar(name, data_dir, image_size, download)
+        return _cifar(name, data_dir, image_size, download, mirror)
     if name in IDX:
-        return read_idx_dataset(name, data_dir, image_size, download)
+        return read_idx_dataset(name, data_dir, image_size, download, mirror)
     if name == "food101":
-        return _food101(data_dir, image_size or 224, download)
+        return _food101(data_dir, image_size or 224, download, mirror)
     if name == "webvision":
         return webvision.load(data_dir, image_size or 299)
     return _folder(data_dir, image_size)
@@ -83,22 +86,21 @@ class Cifar(NamedTuple):
     meta: str
     names: str              # key of the class names in `meta`
     labels: str             # key of the labels in each data pickle
-    torchvision: str        # the torchvision.datasets class that downloads `archive`
-    archive: str
+    archive: str            # what download.py fetches and extracts
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
 
 
 CIFAR = {
     "cifar100": Cifar("cifar-100-python", ("train",), "test", "meta", "fine_label_names", "fine_labels",
-                      "CIFAR100", "cifar-100-python.tar.gz", CIFAR100_MEAN, CIFAR100_STD),
+                      "cifar-100-python.tar.gz", CIFAR100_MEAN, CIFAR100_STD),
     "cifar10": Cifar("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch",
-                     "batches.meta", "label_names", "labels", "CIFAR10", "cifar-10-python.tar.gz",
+                     "batches.meta", "label_names", "labels", "cifar-10-python.tar.gz",
                      CIFAR10_MEAN, CIFAR10_STD),
 }
 
 
-def _cifar(name, data_dir, image_size, download):
+def _cifar(name, data_dir, image_size, download, mirror):
     """The official python pickles: <data_dir>/cifar-100-python/{train,test,meta} or
     <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}."""
     c = CIFAR[name]
@@ -121,12 +123,9 @@ def _cifar(name, data_dir, image_size, download):
         if not download:
             raise DataError(f"{name} folder {folder} not found and download is off; {how}")
         try:
-            with tidy_after_failure(data_dir):
-                for train in (True, False):
-                    getattr(torchvision.datasets, c.torchvision)(data_dir, train=train, download=True)
-        except Exception as err:
-            raise DataError(f"{name} folder {folder} not found and the download failed "
-                            f"({first_line(err)}); {how}") from err
+            fetch(name, data_dir, mirror)
+        except DataError as err:
+            raise DataError(f"{name} folder {folder} not found, and downloading it failed: {err}; or {how}") from err
     # We unpickle the files ourselves (encoding="latin1" as torchvision, but through safe_pickle)
     # instead of using torchvision's CIFAR classes: they check md5 sums on
     # every load, so this code path could not be tested on tiny pickles.
@@ -169,7 +168,7 @@ def _unpickle(path, keys, archive):
 
 # ------------------------------------------------------------------- Food-101
 
-def _food101(data_dir, size, download):
+def _food101(data_dir, size, download, mirror):
     """torchvision's layout <data_dir>/food-101/{meta/{train,test}.json, images/}."""
     root = os.path.join(data_dir, "food-101")
     meta, images = os.path.join(root, "meta"), os.path.join(root, "images")
@@ -178,12 +177,10 @@ def _food101(data_dir, size, download):
                "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir")
         if not download:
             raise DataError(f"Food-101 folders {meta} and {images} not found and download is off; {how}")
-        try:  # torchvision's downloader (5 GB, md5-checked)
-            with tidy_after_failure(data_dir):
-                torchvision.datasets.Food101(data_dir, split="train", download=True)
-        except Exception as err:
-            raise DataError(f"Food-101 not found at {root} and the download failed "
-                            f"({first_line(err)}); {how}") from err
+        try:  # 5 GB
+            fetch("food101", data_dir, mirror)
+        except DataError as err:
+            raise DataError(f"Food-101 not found at {root}, and downloading it failed: {err}; or {how}") from err
     splits, classes = {}, None
     for split in ("train", "test"):
         path = os.path.join(meta, f"{split}.json")

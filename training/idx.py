@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torchvision
 
-from training.images import Data, DataError, TensorImages, download_error, first_line, tidy_after_failure
+from training.download import fetch
+from training.images import Data, DataError, TensorImages, first_line
 
 # Both are four IDX files (http://yann.lecun.com/exdb/mnist/): big-endian int32 magic, then
 # one int32 per dimension, then the uint8 values row-major. We parse them ourselves, for the
@@ -52,22 +52,22 @@ IDX_CLASSES = 10
 IDX_TRAIN = 60000  # both datasets' training set size
 
 
-def read_idx_dataset(name, data_dir, image_size, download):
+def read_idx_dataset(name, data_dir, image_size, download, mirror=None):
     """The four IDX files, each plain or gzipped, in <data_dir> itself or in torchvision's
-    <data_dir>/FashionMNIST/raw/ (<data_dir>/MNIST/raw/ for mnist), the first place that has all four."""
+    <data_dir>/FashionMNIST/raw/ (<data_dir>/MNIST/raw/ for mnist), the first place that has all four.
+    None there and download: fetch the four gzipped files into the raw/ folder (download.py), from `mirror` if given."""
     c = IDX[name]
     raw = os.path.join(data_dir, c.torchvision, "raw")
     files = _find_idx((data_dir, raw))
     if files is None:
         failed = " and download is off"
         if download:
-            try:  # torchvision's downloader (md5-checked); it puts the files in `raw`, plain and gzipped
-                with tidy_after_failure(raw):
-                    getattr(torchvision.datasets, c.torchvision)(data_dir, train=False, download=True)
+            try:  # md5-checked, into `raw`, gzipped
+                fetch(name, data_dir, mirror)
                 files = _find_idx((data_dir, raw))
                 failed = ", not even after a download that reported no error"
-            except Exception as err:
-                failed = f" and the download failed ({download_error(err)})"
+            except DataError as err:
+                failed = f", and downloading them failed: {err}"
         if files is None:
             names = ", ".join(n for pair in IDX_FILES.values() for n in pair)
             raise DataError(f"{c.title} files {names} (each plain or .gz) not found in {data_dir} or {raw}{failed}; "

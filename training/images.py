@@ -8,9 +8,7 @@ Data         -- train set, named test sets, number of classes, normalisation mea
 take         -- the subset of a TensorImages / FileImages at some indices (validation split)
 open_image   -- open one image file; a bad file becomes a DataError naming it
 check_images -- decode every file of a list and raise BadImages listing each one that fails
-tidy_after_failure, download_error -- a failed torchvision download leaves no folders, and reads in one line
 """
-import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -109,28 +107,3 @@ def check_images(paths, workers=1):
 def to_rgb(im):
     im.load()  # decode now, while the file is open
     return im if im.mode == "RGB" else im.convert("RGB")
-
-
-@contextlib.contextmanager
-def tidy_after_failure(data_dir):
-    """A download that fails leaves no trace: remove the folders torchvision made for it while they are empty."""
-    made = []
-    path = os.path.abspath(data_dir)
-    while not os.path.exists(path):
-        made.append(path)
-        path = os.path.dirname(path)
-    try:
-        yield
-    except BaseException:
-        for path in made:  # deepest first
-            if os.path.isdir(path) and not os.listdir(path):
-                os.rmdir(path)
-        raise
-
-
-def download_error(err):
-    """torchvision's download error in one line: its first line, and the last (the reason, e.g. DNS)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    if len(lines) < 2:
-        return first_line(err)
-    return f"{type(err).__name__}: {lines[0]} ... {lines[-1]}"

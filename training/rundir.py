@@ -47,7 +47,8 @@ from training.runfiles import (append_entropy_hist, append_metrics, last_metrics
 # Settings that may differ between a run and its resumption. RUN_CONTROL changes how it runs, not what it
 # computes. ARITHMETIC lets a run move to another machine, but changes the floating-point arithmetic, so the
 # resumed epochs are not bit-identical to an uninterrupted run: train.py says so and config.json records it.
-RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "check_images", "tensorboard", "provenance")
+RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "data_mirror", "check_images", "tensorboard",
+               "provenance")
 ARITHMETIC = ("device", "compile", "amp", "channels_last")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root

@@ -1,0 +1,215 @@
+"""Every download path end to end, offline: a real HTTP server on 127.0.0.1, started and stopped here, serves tiny
+copies of the published files in their published formats and names (cifar-100-python.tar.gz, cifar-10-python.tar.gz,
+Fashion-MNIST's and MNIST's gzipped IDX files, food-101.tar.gz) to train.py's --data-mirror. train.py downloads them,
+checks their md5, extracts them, reads them (CIFAR's pickles through safe_pickle) and trains one epoch. Each way a
+download fails (a refused connection, a 404, a connection cut short, a file cut short, a file with another md5) is
+one line that names the network or the integrity failure, exit 2, and leaves nothing under --data-dir. The README's
+main command on a machine without network says so in one line. No request leaves the loopback address.
+
+A download is checked against the published md5 sums (download.SOURCES, torchvision's). The tiny copies have their
+own: the tests put those in SOURCES, in this process only, except where the published sum is the point.
+"""
+import hashlib
+import http.server
+import io
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+import torch
+from test_datasets import write_cifar, write_cifar10, write_food101
+from test_mnist import write_idx
+
+import train
+from training import download
+from training.datasets import FileImages, load_dataset
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+DATASETS = ("cifar100", "cifar10", "fashionmnist", "mnist", "food101")
+TRAINED = ("cifar100", "mnist", "food101")  # one training run per kind of data: pickles, IDX files, JPEG files
+RUN = ["--arch", "cnn", "--epochs", "1", "--batch-size", "4", "--device", "cpu", "--workers", "0"]
+
+
+# ---------------------------------------------------------------- the published files, tiny, and a server
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """{dataset: (the folder its files came from, {published file name: bytes})}."""
+    root, out = tmp_path_factory.mktemp("published"), {}
+    for name, write in (("cifar100", write_cifar), ("cifar10", write_cifar10), ("food101", write_food101)):
+        (root / name).mkdir()
+        write(root / name)
+        folder = download.SOURCES[name].folder
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:  # the archive's top folder, as the published ones
+            tar.add(root / name / folder, arcname=folder)
+        out[name] = (root / name, {download.SOURCES[name].files[0][0]: buf.getvalue()})
+    for seed, name in enumerate(("fashionmnist", "mnist")):
+        write_idx(root / name, gz=True, seed=seed)  # torchvision's resource names: train-images-idx3-ubyte.gz, ...
+        out[name] = (root / name, {f: (root / name / f).read_bytes() for f, _ in download.SOURCES[name].files})
+    return out
+
+
+class Mirror(http.server.BaseHTTPRequestHandler):
+    """GET: the server's files[path] = (body, the Content-Length it announces); anything else is a 404."""
+
+    def do_GET(self):
+        if self.path not in self.server.files:
+            self.send_error(404)
+            return
+        body, length = self.server.files[self.path]
+        self.send_response(200)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        self.wfile.write(body)  # then HTTP/1.0 closes the connection, after `length` bytes or fewer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
+    httpd.files = {}
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(10)
+
+
+@pytest.fixture
+def closed_port():
+    """A loopback port that refuses connections: bound, never listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_for_loopback(monkeypatch):
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(var, "127.0.0.1")
+
+
+def serve(server, prefix, files, cut=None, short=None):
+    """Put files ({name: bytes}) at <server>/<prefix>/ and return that URL. cut: each body stops halfway, after
+    announcing its whole length (a dropped connection). short: each file is only its first half (cut on the server)."""
+    for name, body in files.items():
+        half = body[:len(body) // 2]
+        server.files[f"/{prefix}/{name}"] = (half, len(body)) if cut else (half, len(half)) if short else \
+            (body, len(body))
+    return f"http://127.0.0.1:{server.server_address[1]}/{prefix}"
+
+
+def md5s_of(monkeypatch, name, files):
+    """Make these files' md5 sums the ones a download of `name` is checked against."""
+    src = download.SOURCES[name]
+    sums = tuple((f, hashlib.md5(files[f]).hexdigest()) for f, _ in src.files)
+    monkeypatch.setitem(download.SOURCES, name, src._replace(files=sums))
+
+
+def same_data(a, b):
+    assert a.num_classes == b.num_classes
+    for x, y in ((a.train, b.train), (a.tests["test"], b.tests["test"])):
+        assert np.array_equal(x.labels, y.labels)
+        if isinstance(x, FileImages):
+            assert [os.path.relpath(p, os.path.dirname(os.path.dirname(p))) for p in x.paths] == \
+                   [os.path.relpath(p, os.path.dirname(os.path.dirname(p))) for p in y.paths]
+            assert all(open(p, "rb").read() == open(q, "rb").read() for p, q in zip(x.paths, y.paths))
+        else:
+            assert torch.equal(x.images, y.images)
+
+
+# ---------------------------------------------------------------- downloads that work
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, monkeypatch, server, published, name):
+    source, files = published[name]
+    md5s_of(monkeypatch, name, files)
+    mirror = serve(server, f"ok-{name}", files)
+    data = tmp_path / "data"  # not there yet: the download makes it
+    if name in TRAINED:
+        size = ["--image-size", "32"] if name == "food101" else []
+        summary = train.main(["--dataset", name, "--data-dir", str(data), "--data-mirror", mirror, "--out",
+                              str(tmp_path / "run"), *RUN, *size])
+        assert 0 <= summary["test_acc_mean"] <= 100
+    else:
+        load_dataset(name, data, mirror=mirror)
+    # the dataset's folder alone, no staging folder or archive beside it, and it holds exactly what was served
+    assert os.listdir(data) == [download.SOURCES[name].folder.split(os.sep)[0]]
+    same_data(load_dataset(name, data, download=False), load_dataset(name, source, download=False))
+
+
+def test_a_mirror_may_be_a_folder(tmp_path, monkeypatch, published):
+    source, files = published["mnist"]
+    md5s_of(monkeypatch, "mnist", files)
+    (tmp_path / "mirror").mkdir()
+    for f, body in files.items():
+        (tmp_path / "mirror" / f).write_bytes(body)
+    d = load_dataset("mnist", tmp_path / "data", mirror=(tmp_path / "mirror").as_uri())
+    same_data(d, load_dataset("mnist", source, download=False))
+
+
+# ---------------------------------------------------------------- downloads that fail
+
+FAILURES = {  # how the download fails -> which failure the line must name
+    "refused": "network", "404": "network", "connection cut short": "network",
+    "file cut short": "integrity", "other md5": "integrity",
+}
+
+
+@pytest.mark.parametrize("how", FAILURES)
+@pytest.mark.parametrize("name", DATASETS)
+def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing(tmp_path, monkeypatch, capsys,
+                                                                                 server, published, closed_port,
+                                                                                 name, how):
+    _, files = published[name]
+    if how != "other md5":  # the tiny copies' own sums; "other md5" keeps the published ones
+        md5s_of(monkeypatch, name, files)
+    mirror = (f"http://127.0.0.1:{closed_port}/" if how == "refused" else
+              serve(server, f"{how}-{name}".replace(" ", "-"), files if how != "404" else {},
+                    cut=how == "connection cut short", short=how == "file cut short"))
+    first = download.SOURCES[name].files[0][0]
+    for made in (False, True):  # --data-dir not there yet, or there and empty: either way left as it was
+        data = tmp_path / "data"
+        if made:
+            data.mkdir()
+        with pytest.raises(SystemExit) as exit:
+            train.main(["--dataset", name, "--data-dir", str(data), "--data-mirror", mirror,
+                        "--out", str(tmp_path / "run"), *RUN])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert err.startswith("train.py: error: ") and f"{FAILURES[how]} failure" in err, err
+        assert f"{mirror.rstrip('/')}/{first}" in err and "--data-dir" in err, err
+        assert os.listdir(tmp_path) == (["data"] if made else []) and (not made or os.listdir(data) == [])
+
+
+def test_a_mirror_that_is_no_url_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        train.main(["--dataset", "cifar10", "--data-dir", str(tmp_path / "data"), "--data-mirror", "mirror.lan/data",
+                    "--out", str(tmp_path / "run"), *RUN])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--data-mirror mirror.lan/data is not a URL" in err and os.listdir(tmp_path) == []
+
+
+def test_the_readme_command_offline_names_the_network_failure(tmp_path, closed_port):
+    """A fresh checkout on a machine without network: the README's main command, as typed, in a folder with no data/.
+    The network is a proxy that refuses every connection, so nothing leaves the loopback even where a network is."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("no_proxy", "all_proxy")}
+    env.update(http_proxy=f"http://127.0.0.1:{closed_port}", https_proxy=f"http://127.0.0.1:{closed_port}")
+    env.update(HTTP_PROXY=env["http_proxy"], HTTPS_PROXY=env["https_proxy"])
+    cmd = [sys.executable, os.path.join(HERE, "train.py"), "--dataset", "cifar100", "--noise", "sym", "--rate", "0.4",
+           "--mode", "progressive"]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "network failure" in res.stderr and "NameError" not in res.stderr and "Traceback" not in res.stderr
+    assert "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz cannot be reached" in res.stderr, res.stderr
+    assert os.listdir(tmp_path) == []  # no data/, no runs/
