@@ -94,8 +94,8 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     rows = run_alone(tmp_path, block, {f"{imported.group(1)}.py": module})
 
     # The same data and models, trained by the project: mutual_step with Method's defaults, train.py's r.
-    import train  # noqa: F401 -- the function train.py and tools.batched compute r with
-    from tools import batched  # noqa: F401 -- (the same object, asserted below)
+    import train  # imported here, as the other tests do: its r function, which tools.batched shares
+    from tools import batched
     assert train.confidence_from_sum is batched.confidence_from_sum is label_correction.confidence_from_sum
     ns = {"torch": torch}
     exec(block[block.index("torch.manual_seed("):block.index("# CMD-P + MyLC")], ns)  # the block's data, models
