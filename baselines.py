@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from label_correction import one_hot
-from losses import Objective, log_probs
+from losses import Objective, kl_divergence, log_probs
 
 # Co-teaching+'s code updates both networks on the whole batch with plain CE when they agree on every
 # sample and step < 5000 (coteach_plus_early).
@@ -72,12 +72,6 @@ def _per_sample(logits, labels):
     """log p (N, K) in float32 with gradient, and the per-sample cross-entropy -log p_y (N,)."""
     logp = F.log_softmax(logits.float(), dim=-1)
     return logp, F.nll_loss(logp, labels, reduction="none")
-
-
-def _kl_both(logp_p, logp_q):
-    """KL(p || q) = sum_k p_k (log p_k - log q_k) per row (N,); gradient flows into both sides, as JoCoR's
-    joint loss needs (losses.py's _kl holds its teacher constant, hence another name)."""
-    return (logp_p.exp() * (logp_p - logp_q)).sum(-1)
 
 
 def coteaching(logits_a, logits_b, labels, keep):
@@ -189,11 +183,13 @@ def jocor(logits_a, logits_b, labels, keep, lam):
     logp_a, ce_a = _per_sample(logits_a, labels)
     logp_b, ce_b = _per_sample(logits_b, labels)
     with torch.no_grad():
-        joint = (1 - lam) * (ce_a + ce_b) + lam * (_kl_both(logp_a, logp_b) + _kl_both(logp_b, logp_a))  # (N,) l(x_i)
+        kl_ab, kl_ba = kl_divergence(logp_a, logp_b), kl_divergence(logp_b, logp_a)
+        joint = (1 - lam) * (ce_a + ce_b) + lam * (kl_ab + kl_ba)  # (N,) l(x_i)
     sel = small_loss(joint, k)  # D~
     peer_a, peer_b = logp_a.detach(), logp_b.detach()
-    share_a = (1 - lam) * ce_a + lam * (_kl_both(logp_a, peer_b) + _kl_both(peer_b, logp_a))  # the terms A's parameters move
-    share_b = (1 - lam) * ce_b + lam * (_kl_both(logp_b, peer_a) + _kl_both(peer_a, logp_b))
+    # the terms A's parameters move, and B's
+    share_a = (1 - lam) * ce_a + lam * (kl_divergence(logp_a, peer_b) + kl_divergence(peer_b, logp_a))
+    share_b = (1 - lam) * ce_b + lam * (kl_divergence(logp_b, peer_a) + kl_divergence(peer_a, logp_b))
     loss_a, loss_b = (sel * share_a).sum() / k, (sel * share_b).sum() / k
     return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
 

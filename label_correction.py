@@ -9,7 +9,7 @@ boot_soft               -- Boot-soft (Reed et al. 2015): p_tilde = p, fixed eps
 confidence_penalty_loss -- CP (Pereyra et al. 2017): H(q, p) - beta H(p), a loss
 proselflc               -- ProSelfLC (Wang et al. 2021): eps = s(t/Gamma - transit, b) * l(p)
 model_confidence        -- Eq. 8: r = 1 - sum_i H(p_i) / (n H(u)), from the predictions
-confidence_from_sum     -- Eq. 8 from sum_i H(p_i) and n, as the training loop accumulates them
+confidence_from_sum     -- Eq. 8 from each model's sum_i H(p_i) over an epoch: MyLC's r for the next epoch
 mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
 tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
 gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q)/q, a loss
@@ -36,17 +36,17 @@ def one_hot(labels, num_classes):
     return F.one_hot(labels, num_classes).float()
 
 
-def label_smoothing(q, eps):
+def label_smoothing(q, eps=0.25):
     """LS: q_tilde = (1 - eps) q + eps u, u = 1/K. q: (N, K) -> (N, K)."""
     return (1 - eps) * q + eps / q.shape[-1]
 
 
-def boot_soft(q, p, eps):
+def boot_soft(q, p, eps=0.25):
     """Boot-soft: q_tilde = (1 - eps) q + eps p, p detached. q, p: (N, K) -> (N, K)."""
     return (1 - eps) * q + eps * p.detach()
 
 
-def confidence_penalty_loss(logits, q, beta, logp=None):
+def confidence_penalty_loss(logits, q, beta=0.25, logp=None):
     """CP: mean_n [H(q, p) - beta H(p)]. A loss, not a target.
 
     logits: (N, K) with gradient; q: (N, K) constant target. Gradient flows through
@@ -58,29 +58,23 @@ def confidence_penalty_loss(logits, q, beta, logp=None):
     if logp is None:
         logp = F.log_softmax(logits.float(), dim=-1)
     cross_entropy = -(q.detach() * logp).sum(-1)  # (N,) H(q, p)
-    h = -(logp.exp() * logp).sum(-1)              # (N,) H(p), with gradient
+    h = entropy(logp.exp(), logp)                 # (N,) H(p), with gradient
     return (cross_entropy - beta * h).mean()
 
 
-def _trust(p, h):
-    """l(p) = 1 - H(p)/H(u) as an (N, 1) column, from H(p) if the caller has it."""
-    if h is None:
-        h = entropy(p)
-    return (1 - h / math.log(p.shape[-1]))[:, None]
-
-
 @torch.no_grad()
-def proselflc(q, p, progress, b, transit=0.3, h=None):
+def proselflc(q, p, progress, b=6.0, transit=0.3, h=None):
     """ProSelfLC: q_tilde = (1 - eps) q + eps p, eps = s(progress - transit, b) * (1 - H(p)/H(u)).
 
     q, p: (N, K); p is the model's own prediction on the same batch (no gradient,
     as in the authors' code). progress = t/Gamma in [0, 1], t fractional.
     h: optional (N,) precomputed H(p), to avoid computing it twice.
-    transit=0.3 is what train.py runs (mutual.Method.proselflc_transit: one recorded setting of the authors'
-    code, docs/paper-notes.md); ProSelfLC's paper uses 0.5.
+    b=6 and transit=0.3 are what train.py runs (mutual.Method: one recorded setting of the authors' code,
+    docs/paper-notes.md); ProSelfLC's paper uses transit 0.5.
     Returns q_tilde (N, K), rows summing to 1.
     """
-    eps = logistic(progress - transit, b) * _trust(p, h)  # (N, 1)
+    h = entropy(p) if h is None else h  # (N,)
+    eps = logistic(progress - transit, b) * (1 - h / math.log(p.shape[-1]))[:, None]  # (N, 1): s(.) l(p)
     return (1 - eps) * q + eps * p
 
 
@@ -90,31 +84,34 @@ def model_confidence(p):
 
     The training loop never holds all n predictions at once: it adds up H(p_i)
     during an epoch and calls confidence_from_sum, the same formula, for the next
-    epoch's r (the paper's "all samples" read as the previous epoch's training
-    samples; docs/paper-notes.md, "MyLC").
+    epoch's r.
     """
-    return confidence_from_sum(entropy(p).sum(), p.shape[0], p.shape[-1])
+    return confidence_from_sum([entropy(p).sum()], p.shape[0], p.shape[-1])[0]
 
 
-def confidence_from_sum(entropy_sum, n, num_classes):
-    """Eq. 8 from its sum: r = 1 - entropy_sum / (n H(u)), H(u) = ln K.
+def confidence_from_sum(entropy_sums, n, num_classes):
+    """MyLC's r of each model for the next epoch: Eq. 8, r = 1 - sum_i H(p_i) / (n H(u)), H(u) = ln K.
 
-    entropy_sum: sum_i H(p_i) over n predictions, a float or a 0-dim tensor (then
-    r is a tensor on the same device and nothing waits for it). Returns r.
+    entropy_sums: one sum_i H(p_i) per model, added up over the epoch's n training predictions (the
+    training-mode forward passes that trained it); floats, or tensors, then each r is a tensor on the
+    same device and nothing waits for it. Returns a list of r, one per model. The paper's "all samples" is
+    read as the previous epoch's training samples; in the first epoch r = 0 (docs/paper-notes.md, "MyLC").
     """
-    return 1 - entropy_sum / (n * math.log(num_classes))
+    return [1 - entropy_sum / (n * math.log(num_classes)) for entropy_sum in entropy_sums]
 
 
 @torch.no_grad()
-def mylc(q, p, r, b1, rho=0.5, h=None):
+def mylc(q, p, r, b1=10.0, rho=0.5, h=None):
     """MyLC: q_tilde = (1 - eps) q + eps p, eps = s(r - rho, b1) * (1 - H(p)/H(u)).
 
-    q, p: (N, K); r: the model's confidence (Eq. 8), a float or a 0-dim tensor on
-    p's device (so no host sync); rho = 0.5 as in the paper; b1 the slope.
-    h: optional (N,) precomputed H(p). Returns q_tilde (N, K), rows summing to 1.
+    q, p: (N, K); p is the model's own prediction, no gradient. r: the model's confidence (Eq. 8,
+    confidence_from_sum), a float or a 0-dim tensor on p's device (so no host sync). rho = 0.5 as in the
+    paper; b1 = 10, the slope train.py runs (the paper does not give it). h: optional (N,) precomputed H(p).
+    Returns q_tilde (N, K), rows summing to 1.
     """
-    eps = logistic(torch.as_tensor(r, device=p.device) - rho, b1) * _trust(p, h)
-    return (1 - eps) * q + eps * p
+    h = entropy(p) if h is None else h  # (N,)
+    eps = logistic(torch.as_tensor(r, device=p.device) - rho, b1) * (1 - h / math.log(p.shape[-1]))[:, None]
+    return (1 - eps) * q + eps * p  # eps: (N, 1), s(r - rho, b1) l(p)
 
 
 def tfkd_reg_loss(logits, labels, a=0.99, T=20.0, alpha=0.1, multiplier=100.0, logp=None):

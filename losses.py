@@ -3,9 +3,11 @@
 entropy            -- H(p) = -sum_k p_k ln p_k, the confidence measure of §3.1
 log_probs          -- log p and H(p) from logits, computed once and shared
 soft_cross_entropy -- H(q, p) per sample, for soft targets q
+kl_divergence      -- KL(p || q) per sample, for Eqs. 1-2, KDCL and JoCoR
 cmd_distill        -- Eqs. 3-4, the form that trains: from log-probabilities and entropies
                       the training step (mutual.py) has already computed
-cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your own loop
+cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your own loop;
+                      it calls nothing of this repository
 t2s_kd_loss        -- Eq. 1: teacher-to-student KD
 mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowledge, KL form
 dml_loss           -- Eq. 2 for a cohort of M >= 2 models (DML's own form)
@@ -28,13 +30,16 @@ import torch
 import torch.nn.functional as F
 
 
-def entropy(p):
-    """H(p) = -sum_k p_k ln p_k per row (natural log).
+def entropy(p, logp=None):
+    """H(p) = -sum_k p_k ln p_k per row (natural log): the confidence measure of §3.1.
 
-    p: (N, K) probabilities -> (N,). Exactly 0 for one-hot rows and never NaN
-    at p = 0, because xlogy(0, 0) = 0. Carries gradient if p does.
+    p: (N, K) probabilities -> (N,). logp: optional log p (N, K), when the caller has log_softmax's (exact
+    where p underflows to 0: 0 * finite = 0). Without it, xlogy(0, 0) = 0, so a one-hot row gives exactly 0,
+    never NaN. Carries gradient if p (and logp) do.
     """
-    return -torch.special.xlogy(p, p).sum(-1)
+    if logp is None:
+        return -torch.special.xlogy(p, p).sum(-1)
+    return -(p * logp).sum(-1)
 
 
 def log_probs(logits):
@@ -45,7 +50,7 @@ def log_probs(logits):
     """
     logp = F.log_softmax(logits.float(), dim=-1)
     with torch.no_grad():
-        h = -(logp.exp() * logp).sum(-1)  # (N,); exp underflow to 0 gives 0 * finite = 0
+        h = entropy(logp.exp(), logp)  # (N,)
     return logp, h
 
 
@@ -99,38 +104,40 @@ def cmd_loss(logits_a, logits_b, q_a, q_b, chi):
     """Eqs. 3-4. L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0 (and A2B alike).
 
     logits_*: (N, K). q_*: the targets, treated as constants: (N, K) corrected
-    (soft) targets, or (N,) integer class labels, which mean one-hot rows.
-    chi: float, from schedule.chi (Eq. 7).
+    (soft) targets, or (N,) integer class labels, which mean one-hot rows; any
+    other shape raises ValueError rather than broadcast (N,) against (N, K).
+    chi: float, from schedule.chi (Eq. 7). Selection is strict (<).
     Each sum is divided by N, the batch size, as in the paper's appendix code.
     Returns (loss_b2a, loss_a2b), two scalars; loss_b2a trains only A, loss_a2b only B.
     No host sync: masks are multiplied in, so it also runs on `meta` tensors.
+    Calls nothing else of this repository, so it copies alone (it is cmd_distill from logits).
     """
-    q_a, q_b = as_targets(q_a, logits_a, "q_a"), as_targets(q_b, logits_b, "q_b")
-    logp_a, h_a = log_probs(logits_a)
-    logp_b, h_b = log_probs(logits_b)
-    loss_b2a, loss_a2b, _, _ = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
+    n, k = logits_a.shape
+    q = []
+    for name, q_k in (("q_a", q_a), ("q_b", q_b)):
+        if q_k.shape == (n,) and not q_k.is_floating_point() and not q_k.is_complex() and q_k.dtype != torch.bool:
+            q_k = F.one_hot(q_k.long(), k).to(torch.float32)  # integer labels: one-hot rows
+        elif q_k.shape != (n, k) or not q_k.is_floating_point():
+            raise ValueError(f"{name} must be (N,) integer class labels or (N, K) float targets for logits of "
+                             f"shape (N, K) = {tuple(logits_a.shape)}; got {q_k.dtype} {tuple(q_k.shape)}")
+        q.append(q_k.detach())
+    logp_a = F.log_softmax(logits_a.float(), dim=-1)  # (N, K); paper code: log(p + 1e-6)
+    logp_b = F.log_softmax(logits_b.float(), dim=-1)
+    with torch.no_grad():  # H(p) decides who teaches; a constant
+        h_a = -(logp_a.exp() * logp_a).sum(-1)  # (N,)
+        h_b = -(logp_b.exp() * logp_b).sum(-1)
+    loss_b2a = ((h_b < chi).to(logp_a.dtype) * -(q[1] * logp_a).sum(-1)).mean()  # B is confident -> teaches A
+    loss_a2b = ((h_a < chi).to(logp_b.dtype) * -(q[0] * logp_b).sum(-1)).mean()  # A is confident -> teaches B
     return loss_b2a, loss_a2b
 
 
-def as_targets(q, logits, name="q"):
-    """q as (N, K) target rows: (N,) integer labels become one-hot, (N, K) floats pass through.
+def kl_divergence(logp_p, logp_q):
+    """KL(p || q) = sum_k p_k (log p_k - log q_k) per row. logp_*: (N, K) log-probabilities -> (N,).
 
-    Anything else raises ValueError naming the shapes, rather than broadcasting
-    (N,) against (N, K) into a wrong number when N == K.
+    Gradient flows into both sides (JoCoR's joint loss needs that, baselines.py); a teacher passes its
+    log-probabilities detached.
     """
-    n, k = logits.shape
-    if q.shape == (n,) and not q.is_floating_point() and not q.is_complex() and q.dtype != torch.bool:
-        return F.one_hot(q.long(), k).to(torch.float32)
-    if q.shape == (n, k) and q.is_floating_point():
-        return q
-    raise ValueError(f"{name} must be (N,) integer class labels or (N, K) float targets for logits of shape "
-                     f"(N, K) = {tuple(logits.shape)}; got {q.dtype} {tuple(q.shape)}")
-
-
-def _kl(logp_teacher, logp_student):
-    """KL(p_t || p_s) summed over classes, per row (N,); the teacher is a constant."""
-    logp_teacher = logp_teacher.detach()
-    return (logp_teacher.exp() * (logp_teacher - logp_student)).sum(-1)
+    return (logp_p.exp() * (logp_p - logp_q)).sum(-1)
 
 
 def t2s_kd_loss(logits_student, logits_teacher, q, eps):
@@ -142,10 +149,10 @@ def t2s_kd_loss(logits_student, logits_teacher, q, eps):
     """
     logp_s = F.log_softmax(logits_student.float(), dim=-1)
     logp_t = F.log_softmax(logits_teacher.float(), dim=-1)
-    return ((1 - eps) * soft_cross_entropy(q, logp_s) + eps * _kl(logp_t, logp_s)).mean()
+    return ((1 - eps) * soft_cross_entropy(q, logp_s) + eps * kl_divergence(logp_t.detach(), logp_s)).mean()
 
 
-def mkd_loss(logits_a, logits_b, q, eps):
+def mkd_loss(logits_a, logits_b, q, eps=0.5):
     """Eq. 2, Deep Mutual Learning: L_A = (1 - eps) H(q, p_A) + eps KL(p_B || p_A); L_B mirrored.
 
     The peer's distribution is a constant. KL is summed over classes and averaged
@@ -156,7 +163,7 @@ def mkd_loss(logits_a, logits_b, q, eps):
     return tuple(dml_loss([logits_a, logits_b], q, eps))
 
 
-def dml_loss(logits, q, eps):
+def dml_loss(logits, q, eps=0.5):
     """Eq. 2 for a cohort of M >= 2 models, as Deep Mutual Learning defines it for more than two:
     L_k = (1 - eps) H(q, p_k) + eps * mean over peers j of KL(p_j || p_k), the mean of Eq. 1 over peers.
 
@@ -192,7 +199,7 @@ def kdcl_cohort_loss(logits, labels, T=2.0, lam=1.0):
         logp_t = F.log_softmax(z_t / T, dim=-1)
     losses = []
     for z in zs:
-        kl = _kl(logp_t, F.log_softmax(z / T, dim=-1)).mean()
+        kl = kl_divergence(logp_t, F.log_softmax(z / T, dim=-1)).mean()  # logp_t: no gradient
         losses.append(F.cross_entropy(z, labels) + lam * T * T * kl)
     return losses
 

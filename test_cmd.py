@@ -288,13 +288,12 @@ def test_mylc_eps_formula_and_model_confidence():
 
 
 def test_confidence_from_sum_is_eq8_of_the_summed_entropies():
-    p = F.softmax(3 * torch.randn(50, K), -1)
-    h = entropy(p)
-    assert torch.allclose(confidence_from_sum(h.sum(), 50, K), model_confidence(p))
-    chunks = sum(entropy(c).sum() for c in p.split(16))  # as the training loop adds it up, batch by batch
-    assert torch.allclose(confidence_from_sum(chunks, 50, K), model_confidence(p))
-    assert confidence_from_sum(50 * math.log(K), 50, K) == pytest.approx(0.0)  # uniform: r = 0
-    assert confidence_from_sum(0.0, 50, K) == 1.0  # one-hot: r = 1
+    p_a, p_b = F.softmax(3 * torch.randn(50, K), -1), F.softmax(torch.randn(50, K), -1)
+    chunks = [sum(entropy(c).sum() for c in p.split(16)) for p in (p_a, p_b)]  # as the loop adds them up
+    r_a, r_b = confidence_from_sum(chunks, 50, K)  # one r per model
+    assert torch.allclose(r_a, model_confidence(p_a)) and torch.allclose(r_b, model_confidence(p_b))
+    assert r_a > r_b  # the sharper model is the more confident
+    assert confidence_from_sum([50 * math.log(K), 0.0], 50, K) == [pytest.approx(0.0), 1.0]  # uniform: 0; one-hot: 1
 
 
 def test_confidence_penalty_loss():

@@ -227,7 +227,7 @@ def train_epoch(loop, epoch, r, k):
         sc.step()
     # MyLC's r for the next epoch: Eq. 8 over this epoch's training predictions, kept on the device
     on_device = dict(zip(names, acc.unbind()))
-    r = [confidence_from_sum(on_device[f"entropy_{x}"], s["samples"], k) for x in NAMES[:m]]
+    r = confidence_from_sum([on_device[f"entropy_{x}"] for x in NAMES[:m]], s["samples"], k)
     return s, hist, lr, r
 
 

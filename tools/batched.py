@@ -275,7 +275,7 @@ def train(group_runs, device, log=print):
                 o.step()  # it holds no gradient: only its lr schedule moves
                 sc.step()
         samples = s_all[0][names.index("samples")]
-        runs.r = [confidence_from_sum(acc[:, names.index(f"entropy_{x}")], samples, k) for x in NAMES[:runs.m]]
+        runs.r = confidence_from_sum([acc[:, names.index(f"entropy_{x}")] for x in NAMES[:runs.m]], samples, k)
         if not alive:
             break
         log(f"epoch {epoch + 1:3d}/{a0.epochs} | {len(alive)}/{len(group_runs)} runs | "

@@ -38,7 +38,8 @@ def epoch_row(s, results, head, num_classes, known_clean):
                         ("recall", lambda pair: ratio(s[f"clean_label_{pair}"], n - s["noisy"]))):
         row.update({f"{kind}_{j}2{k}": value(f"{j}2{k}") for j, k in pairs(m)})
     row.update({f"memorized_{x}": ratio(s[f"memorized_{x}"], s["noisy"]) for x in models})
-    row.update({f"confidence_{x}": confidence_from_sum(s[f"entropy_{x}"], n, num_classes) for x in models})
+    r = confidence_from_sum([s[f"entropy_{x}"] for x in models], n, num_classes)  # Eq. 8, MyLC's next r
+    row.update({f"confidence_{x}": r_x for x, r_x in zip(models, r)})
     return dict(row, **results)
 
 

@@ -1,0 +1,168 @@
+"""What a user copies runs alone and trains what train.py trains.
+
+The README's "Copy the loss" block, with the functions it says to paste, runs in a fresh interpreter in an empty
+directory, and its losses, chi and MyLC's r follow mutual_step (CMD-P + MyLC, Method's defaults) and train.py's r
+step by step. losses.cmd_loss pasted alone below `import math, torch, F`, and schedule.py copied whole, give the
+objective's numbers on a random batch.
+"""
+import ast
+import builtins
+import inspect
+import json
+import os
+import re
+import subprocess
+import symtable
+import sys
+
+import torch
+
+import label_correction
+import losses
+import mutual
+import schedule
+from mutual import Clock, Method, Precision, mutual_step, sum_names
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+HEADER = "import math\n\nimport torch\nimport torch.nn.functional as F\n"  # all a pasted function may import
+MODULES = {"schedule.py": schedule, "losses.py": losses, "label_correction.py": label_correction}
+TOL = 1e-5
+
+
+def readme_block():
+    """The one Python block of the README's "Copy the loss" section."""
+    text = open(os.path.join(HERE, "README.md")).read()
+    section = text[text.index("## Copy the loss\n"):]
+    section = section[:section.index("\n## ")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, f"the copy section has {len(blocks)} Python blocks, not one"
+    return blocks[0]
+
+
+def pasted(block):
+    """[(file, function, lines)] that the block's comments say to paste, and the total they state."""
+    listed = [(f, name, int(n)) for f, names in re.findall(r"^#\s+(\w+\.py): (.+)$", block, re.M)
+              for name, n in re.findall(r"(\w+) \((\d+) lines\)", names)]
+    total = int(re.search(r"\((\d+) lines\):", block).group(1))
+    return listed, total
+
+
+def free_names(source):
+    """The global names that the functions defined in source read (their bodies and nested scopes)."""
+    names = set()
+
+    def walk(table):
+        if table.get_type() != "module":
+            names.update(s.get_name() for s in table.get_symbols() if s.is_global())
+        for child in table.get_children():
+            walk(child)
+    walk(symtable.symtable(source, "pasted", "exec"))
+    return names
+
+
+def run_alone(tmp_path, script, files):
+    """Run script in a fresh interpreter, cwd = tmp_path holding only `files` (None: already there), without this
+    repository on its path. Returns the JSON lines it prints."""
+    for name, text in files.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+    (tmp_path / "main.py").write_text(script)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run([sys.executable, "-E", "-s", "main.py"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == sorted([*files, "main.py"])
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_path):
+    block = readme_block()
+    listed, total = pasted(block)
+    sources = []
+    for file, name, lines in listed:
+        source = inspect.getsource(getattr(MODULES[file], name))
+        assert len(source.splitlines()) == lines, f"the README says {file}:{name} has {lines} lines"
+        sources.append(source)
+    assert sum(n for _, _, n in listed) == total
+    names = {name for _, name, _ in listed}
+    assert {"cmd_loss", "chi", "mylc", "confidence_from_sum"} <= names
+    module = HEADER + "".join(f"\n\n{s}" for s in sources)
+    missing = free_names(module) - names - {"math", "torch", "F"} - set(dir(builtins))
+    assert not missing, f"the pasted functions also need {missing}"
+    imported = re.search(r"^from (\w+) import (.+)$", block, re.M)
+    assert {n.strip() for n in imported.group(2).split(",")} <= names
+    rows = run_alone(tmp_path, block, {f"{imported.group(1)}.py": module})
+
+    # The same data and models, trained by the project: mutual_step with Method's defaults, train.py's r.
+    import train  # imported here, as the other tests do: its r function, which tools.batched shares
+    from tools import batched
+    assert train.confidence_from_sum is batched.confidence_from_sum is label_correction.confidence_from_sum
+    ns = {"torch": torch}
+    exec(block[block.index("torch.manual_seed("):block.index("# CMD-P + MyLC")], ns)  # the block's data, models
+    K, steps, epochs, nets, opts = ns["K"], ns["steps"], ns["epochs"], ns["nets"], ns["opts"]
+    method = Method()
+    assert (method.mode, method.lc) == ("progressive", "mylc")
+    precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
+    names = sum_names(2)
+    r = [torch.zeros(()), torch.zeros(())]  # as a fresh run of train.py starts
+    assert len(rows) == epochs * steps
+    for epoch in range(epochs):
+        acc = torch.zeros(len(names))
+        for step, batch in enumerate(ns["batches"]):
+            row = rows[epoch * steps + step]
+            clock = Clock(epoch, step, steps, epochs, 0)
+            chi = method.chi(clock.t, epochs, K)
+            assert abs(row["chi"] - chi) < 1e-12 and (row["epoch"], row["step"]) == (epoch, step)
+            assert max(abs(row["r"][k] - float(r[k])) for k in range(2)) < TOL, (epoch, row["r"], r)
+            sums, _ = mutual_step(nets, opts, (*batch, batch[1]), method, chi, r, clock, precision)
+            acc += sums
+            n = sums[names.index("samples")]
+            for x in "ab":
+                assert abs(row[f"loss_{x}"] - float(sums[names.index(f"loss_{x}")] / n)) < TOL, (epoch, step, x)
+        # train.py's r for the next epoch, from the epoch's sums
+        r = train.confidence_from_sum([acc[names.index(f"entropy_{x}")] for x in "ab"],
+                                      acc[names.index("samples")].item(), K)
+    assert min(rows[-1]["r"]) > 0.2  # r moved: the last epoch's targets are corrected
+
+
+def test_cmd_loss_alone_and_schedule_py_whole_give_the_objective_on_a_random_batch(tmp_path):
+    assert imports(open(os.path.join(HERE, "schedule.py")).read()) <= {"math", "torch"}
+    source = HEADER + "\n\n" + inspect.getsource(losses.cmd_loss)
+    assert free_names(source) - {"math", "torch", "F"} - set(dir(builtins)) == set()
+    g = torch.Generator().manual_seed(0)
+    K, N = 10, 64
+    z = [3 * torch.randn(N, K, generator=g) for _ in range(2)]
+    y = torch.randint(0, K, (N,), generator=g)
+    method, clock = Method(), Clock(epoch=3, step=1, steps=4, epochs=10, seed=0)  # CMD-P + MyLC, Eq. 7 mid-way
+    chi = method.chi(clock.t, clock.epochs, K)
+    out = mutual.OBJECTIVES[method.mode](z, y, method, chi, [torch.tensor(0.4), torch.tensor(0.7)], clock)
+    assert all(0 < m.mean() < 1 for m in out.taught.values())  # some samples teach, some do not
+    torch.save(dict(z=z, q_tilde=out.q_tilde), tmp_path / "batch.pt")
+    script = f"""import json
+import torch
+import torch.nn.functional as F
+from copied_loss import cmd_loss
+from copied_schedule import chi
+batch = torch.load("batch.pt", weights_only=True)
+(z_a, z_b), (q_a, q_b) = batch["z"], batch["q_tilde"]
+threshold = chi({clock.t!r}, {clock.epochs}, {K}, {method.eta!r}, {method.b!r})
+loss_b2a, loss_a2b = cmd_loss(z_a, z_b, q_a, q_b, threshold)
+print(json.dumps(dict(chi=threshold, loss_a=(F.cross_entropy(z_a, q_a) + loss_b2a).item(),
+                      loss_b=(F.cross_entropy(z_b, q_b) + loss_a2b).item())))
+"""
+    files = {"copied_loss.py": source, "copied_schedule.py": open(os.path.join(HERE, "schedule.py")).read(),
+             "batch.pt": None}
+    got, = run_alone(tmp_path, script, files)
+    assert got["chi"] == chi
+    assert abs(got["loss_a"] - out.losses[0].item()) < 1e-6 and abs(got["loss_b"] - out.losses[1].item()) < 1e-6
+
+
+def imports(source):
+    """Top-level names a module imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module.split(".")[0])
+    return found
