@@ -2,7 +2,7 @@
 
 remember_rate      -- R(t) = 1 - min(t/T_k tau, tau): the fraction of a mini-batch each method keeps
 coteach_plus_early -- the `step < 5000` rule of Co-teaching+'s code, for a batch the two networks agree on
-small_loss         -- (N,) 0/1 mask of the k samples of smallest loss, without a host sync
+small_loss         -- (N,) 0/1 mask of the n_keep samples of smallest loss, without a host sync
 coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's small-loss samples teach its peer
 coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
 jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
@@ -61,10 +61,10 @@ def coteach_plus_early(epoch, i):
     return (epoch + 1) * i < COTEACH_PLUS_STEPS
 
 
-def small_loss(loss, k):
-    """(N,) float 0/1: 1 on the k samples of smallest loss. loss: (N,) without gradient; k: a host int in
-    [0, N]. torch.topk's indices scattered into zeros: no host sync."""
-    idx = loss.topk(k, largest=False).indices
+def small_loss(loss, n_keep):
+    """(N,) float 0/1: 1 on the n_keep samples of smallest loss. loss: (N,) without gradient; n_keep: a host int
+    in [0, N]. torch.topk's indices scattered into zeros: no host sync."""
+    idx = loss.topk(n_keep, largest=False).indices
     return torch.zeros_like(loss).scatter_(0, idx, 1.0)
 
 
@@ -95,12 +95,12 @@ def coteaching(logits_a, logits_b, labels, keep):
     would cut the learning rate R(t) N-fold, so we follow the paper's mean.
     """
     n = labels.shape[0]
-    k = max(1, int(keep * n))
+    n_keep = max(1, int(keep * n))
     _, ce_a = _per_sample(logits_a, labels)
     _, ce_b = _per_sample(logits_b, labels)
-    sel_a, sel_b = small_loss(ce_a.detach(), k), small_loss(ce_b.detach(), k)  # D_A, D_B
-    loss_a = (sel_b * ce_a).sum() / k  # B's small-loss samples teach A
-    loss_b = (sel_a * ce_b).sum() / k
+    sel_a, sel_b = small_loss(ce_a.detach(), n_keep), small_loss(ce_b.detach(), n_keep)  # D_A, D_B
+    loss_a = (sel_b * ce_a).sum() / n_keep  # B's small-loss samples teach A
+    loss_b = (sel_a * ce_b).sum() / n_keep
     return (loss_a, loss_b), {(0, 1): sel_a, (1, 0): sel_b}
 
 
@@ -139,19 +139,19 @@ def coteaching_plus(logits_a, logits_b, labels, keep, disagree, early):
     _, ce_b = _per_sample(logits_b, labels)
     d = logits_a.detach().argmax(-1) != logits_b.detach().argmax(-1)  # (N,) bool: D'
     n_d = d.sum()                                                      # |D'|, a device scalar
-    k = torch.floor(n_d.double() * keep)                               # lambda(e) |D'|, on the device
-    k = torch.where(k == 0, n_d.double(), k)                           # too small for one: all of D'
+    n_keep = torch.floor(n_d.double() * keep)                          # lambda(e) |D'|, on the device
+    n_keep = torch.where(n_keep == 0, n_d.double(), n_keep)            # too small for one: all of D'
     inf = torch.full_like(ce_a, float("inf"))
 
-    def select(ce):  # (N,) 0/1: the k smallest CE within D', by rank
+    def select(ce):  # (N,) 0/1: the n_keep smallest CE within D', by rank
         rank = torch.where(d, ce.detach(), inf).argsort().argsort()
-        return (d & (rank < k)).to(ce.dtype)
+        return (d & (rank < n_keep)).to(ce.dtype)
 
     sel_a, sel_b = select(ce_a), select(ce_b)                          # D'_A, D'_B
     none = n_d == 0                                                    # no disagreement: the code's step rule
     fallback = torch.full_like(ce_a, float(early))                     # all samples (early) or none
     sel_a, sel_b = torch.where(none, fallback, sel_a), torch.where(none, fallback, sel_b)
-    count = torch.where(none, torch.full_like(k, n if early else 1), k).float()  # the mean's denominator, >= 1
+    count = torch.where(none, torch.full_like(n_keep, n if early else 1), n_keep).float()  # the mean's, >= 1
     loss_a = (sel_b * ce_a).sum() / count                              # B's small-loss disagreements teach A
     loss_b = (sel_a * ce_b).sum() / count
     return (loss_a, loss_b), {(0, 1): sel_a, (1, 0): sel_b}
@@ -179,18 +179,18 @@ def jocor(logits_a, logits_b, labels, keep, lam):
     MNIST-like data. taught[(0, 1)] and taught[(1, 0)] are both D~.
     """
     n = labels.shape[0]
-    k = max(1, int(keep * n))
+    n_keep = max(1, int(keep * n))
     logp_a, ce_a = _per_sample(logits_a, labels)
     logp_b, ce_b = _per_sample(logits_b, labels)
     with torch.no_grad():
         kl_ab, kl_ba = kl_divergence(logp_a, logp_b), kl_divergence(logp_b, logp_a)
         joint = (1 - lam) * (ce_a + ce_b) + lam * (kl_ab + kl_ba)  # (N,) l(x_i)
-    sel = small_loss(joint, k)  # D~
+    sel = small_loss(joint, n_keep)  # D~
     peer_a, peer_b = logp_a.detach(), logp_b.detach()
     # the terms A's parameters move, and B's
     share_a = (1 - lam) * ce_a + lam * (kl_divergence(logp_a, peer_b) + kl_divergence(peer_b, logp_a))
     share_b = (1 - lam) * ce_b + lam * (kl_divergence(logp_b, peer_a) + kl_divergence(peer_a, logp_b))
-    loss_a, loss_b = (sel * share_a).sum() / k, (sel * share_b).sum() / k
+    loss_a, loss_b = (sel * share_a).sum() / n_keep, (sel * share_b).sum() / n_keep
     return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
 
 
@@ -202,15 +202,17 @@ class Schedule(NamedTuple):
 
 def schedule(method, clock):
     """What varies with time for the small-loss methods, at clock (mutual.Clock): R(t), stepped once an epoch
-    as the authors' code does; whether Co-teaching+ is past method.coteach_plus_init epochs; its step rule."""
-    return Schedule(remember_rate(clock.epoch, method.forget_rate, method.num_gradual),
-                    method.mode == "coteach+" and clock.epoch >= method.coteach_plus_init,
-                    coteach_plus_early(clock.epoch, clock.step))
+    as the authors' code does; whether Co-teaching+ is past its initial epochs; its step rule. The settings are
+    method.comparators' (mutual.Comparators)."""
+    c = method.comparators
+    return Schedule(remember_rate(clock.epoch, c.forget_rate, c.num_gradual),
+                    method.mode == "coteach+" and clock.epoch >= c.coteach_plus_init,
+                    coteach_plus_early(clock.epoch, clock.batch))
 
 
-def objective(z, y, method, chi, r, clock, keys=None):
+def objective(z, y, method, chi, r, clock, draws=None):
     """Co-teaching, Co-teaching+ or JoCoR (method.mode) as a training objective (mutual.OBJECTIVES): z, the pair's
-    logits, (N, K) each; y: (N,) given labels; clock: a mutual.Clock. chi, r and keys are unused (one signature
+    logits, (N, K) each; y: (N,) given labels; clock: a mutual.Clock. chi, r and draws are unused (one signature
     for every objective). Returns a losses.Objective whose q_tilde is the given label, what these methods teach,
     so a selection's precision is its label precision."""
     if len(z) != 2:
@@ -218,6 +220,6 @@ def objective(z, y, method, chi, r, clock, keys=None):
     keep, disagree, early = schedule(method, clock)
     losses, taught = (coteaching(*z, y, keep) if method.mode == "coteach" else
                       coteaching_plus(*z, y, keep, disagree, early) if method.mode == "coteach+" else
-                      jocor(*z, y, keep, method.jocor_lambda))
+                      jocor(*z, y, keep, method.comparators.jocor_lambda))
     h = [log_probs(z_k)[1] for z_k in z]  # (N,) H(p) of each network, for the diagnostics
     return Objective(list(losses), taught, [one_hot(y, z[0].shape[-1])] * 2, h)

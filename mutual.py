@@ -12,23 +12,21 @@ knowledge (chi >= ln K) are the same objective.
 cmd_objective    -- the step's losses in the order above, for the modes zero, all, static, progressive
 targets          -- q~, one model's own target (label_correction.py)
 self_loss        -- L_selfKD of Eqs. 5-6 for one model
+cohort_objective, peer_mean_objective -- beyond the pair: Eqs. 3-6 for a cohort of M > 2 models (--peers);
+                    the controls --select shuffled (cohort_objective) and --peer-weight mean
 all_knowledge_objective -- the baselines of Table 4: MKD (Eq. 2) and KDCL
-mutual_step      -- one training step: forward, the mode's objective (OBJECTIVES), backward, the sums
-Clock            -- where training is: the epoch, the step, the steps per epoch, Γ, the seed
+mutual_step      -- one training step: forward, the run's objective (objective_for), backward, the sums
+Clock            -- where training is: the epoch, the batch, the batches per epoch, Γ, the seed
 step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's diagnostics
-shuffle_keys     -- the draws of the shuffled-selection control (--select shuffled)
-Method           -- the method's hyperparameters: the one source of their defaults and of train.py's flags
-MODES, THRESHOLDS, LCS, OBJECTIVES -- the training modes, Eq. 7's (eta, b) per CMD mode, the label
-                    corrections, and each mode's objective (the comparators' is baselines.objective)
+shuffle_draws    -- the random draws of the shuffled-selection control
+Method           -- the paper's hyperparameters (and the controls'): the one source of their defaults and flags
+Comparators      -- the settings of the methods CMD is compared with, held by Method.comparators
+MODES, THRESHOLDS, LCS -- the training modes, Eq. 7's (eta, b) per CMD mode, the label corrections
+OBJECTIVES, objective_for -- every objective, and the one a run trains by (the comparators' is baselines.objective)
 
 Every objective is a pure function of tensors with one signature, objective(z, y, method, chi, r, clock,
-keys), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
+draws), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
 objective over runs that differ in them (tools/batched.py).
-
-A cohort of M > 2 models (beyond the paper, as Deep Mutual Learning trains cohorts) applies Eqs. 3-4 to
-every pair, and model k's objective averages what its peers teach it:
-  L_k = L_selfKD(k) + 1/(M-1) sum_{j != k} [H(p_j) < chi] H(q~_j, p_k),
-which is Eqs. 5-6 when M = 2.
 """
 import functools
 import itertools
@@ -45,31 +43,22 @@ from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs
 from schedule import chi as chi_schedule
 
 
-def cmd_objective(z, y, method, chi, r, clock, keys=None):
-    """§3 on one batch: the losses L_A, L_B of Eqs. 5-6 (L_k of every model of a cohort).
+def cmd_objective(z, y, method, chi, r, clock, draws=None):
+    """§3 for models A and B on one batch: Eqs. 3-6.
 
-    z: M x (N, K) logits; y: (N,) given labels; chi: Eq. 7 now, a float or a 0-dim tensor; r: M x MyLC's
-    confidence (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ); keys: shuffle_keys' draws, used
-    when method.select is shuffled. Returns Objective(losses, taught, q_tilde, h).
+    z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, a float
+    or a 0-dim tensor; r: MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's
+    t/Γ). draws is unused (one signature for every objective). Returns Objective([L_A, L_B], taught, [q~_A,
+    q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3) and taught[0, 1] mirrored.
     """
-    m = len(z)
-    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
-    p = [logp_k.detach().exp() for logp_k in logp]
-    q = one_hot(y, z[0].shape[-1])                    # (N, K) given labels
-    q_tilde = [targets(method, q, p[k], h[k], r[k], clock.progress) for k in range(m)]  # (N, K) each, no gradient
-    taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
-    for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):  # the pair (A, B); every pair of a cohort
-        positions = None if method.select == "confident" else keys[i]  # the shuffled control's draws
-        loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
-            logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi, keys=positions)  # Eqs. 3-4
-        distilled[a].append(loss_b2a)
-        distilled[b].append(loss_a2b)
-    if method.peer_weight == "mean":  # the control: a taught sample's two terms averaged, not added (a pair)
-        losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
-                            taught[1 - k, k]) for k in range(2)]
-    else:  # Eqs. 5-6: L_A = L_selfKD(A) + L_B2A; in a cohort, plus the mean of what the peers teach
-        losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
-    return Objective(losses, taught, q_tilde, list(h))
+    (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
+    q = one_hot(y, z[0].shape[-1])                                       # (N, K) the given labels
+    q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], clock.progress)  # q~_A, no gradient
+    q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock.progress)  # q~_B
+    loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)  # Eqs. 3-4
+    loss_a = self_loss(method, z[0], logp_a, q, q_a, y) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
+    loss_b = self_loss(method, z[1], logp_b, q, q_b, y) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
+    return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
 
 
 def targets(method, q, p, h, r, progress):
@@ -96,24 +85,83 @@ def self_loss(method, logits, logp, q, q_tilde, y):
     logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
     q_tilde: (N, K) the model's own target; y: (N,) given labels as integers.
     """
+    c = method.comparators
     if method.lc == "cp":
         return confidence_penalty_loss(logits, q, method.cp_beta, logp=logp)
     if method.lc == "tfkd":
-        return tfkd_reg_loss(logits, y, method.tfkd_a, method.tfkd_t, method.tfkd_alpha, method.tfkd_multiplier,
-                             logp=logp)
+        return tfkd_reg_loss(logits, y, c.tfkd_a, c.tfkd_t, c.tfkd_alpha, c.tfkd_multiplier, logp=logp)
     if method.lc == "gce":
-        return gce_loss(logits, y, method.gce_q, logp=logp)
+        return gce_loss(logits, y, c.gce_q, logp=logp)
     return soft_cross_entropy(q_tilde, logp).mean()
 
 
-def all_knowledge_objective(z, y, method, chi, r, clock, keys=None):
-    """The baselines of Table 4: every model learns all of its peers' predictions, by Deep Mutual Learning's
-    loss (mode mkd, Eq. 2) or KDCL-MinLogit's (mode kdcl). chi, r, clock and keys are unused (one signature
-    for every objective). Returns Objective(losses, taught = every sample, q_tilde = the predictions, h)."""
+# ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
+
+def own_targets(z, y, method, r, clock):
+    """What each of M models computes of its own before any distillation, as cmd_objective does for A and B:
+    log p (M x (N, K), float32, with gradient), H(p) (M x (N,), without), the given labels q (N, K) and q~
+    (M x (N, K), without gradient)."""
+    logp, h = zip(*(log_probs(z_k) for z_k in z))
+    q = one_hot(y, z[0].shape[-1])
+    q_tilde = [targets(method, q, logp_k.detach().exp(), h_k, r_k, clock.progress)
+               for logp_k, h_k, r_k in zip(logp, h, r)]
+    return list(logp), list(h), q, q_tilde
+
+
+def cohort_objective(z, y, method, chi, r, clock, draws=None):
+    """Beyond the paper: a cohort of M >= 2 models (--peers), as Deep Mutual Learning trains cohorts: Eqs. 3-4
+    for every pair, L_k = L_selfKD(k) + 1/(M-1) sum_{j != k} [H(p_j) < chi] H(q~_j, p_k) (Eqs. 5-6 at M = 2).
+    With draws (shuffle_draws', (pairs, 2, N)), the shuffled-selection control (--select shuffled): each pair's
+    count of confident samples at random positions (losses.cmd_distill). Arguments, result: cmd_objective's."""
     m = len(z)
+    logp, h, q, q_tilde = own_targets(z, y, method, r, clock)
+    taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
+    for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):
+        loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
+            logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi, None if draws is None else draws[i])
+        distilled[a].append(loss_b2a)
+        distilled[b].append(loss_a2b)
+    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
+    return Objective(losses, taught, q_tilde, h)
+
+
+def peer_mean_objective(z, y, method, chi, r, clock, draws=None):
+    """The control of Eqs. 5-6 (--peer-weight mean), for a pair and targets q~ only: where B teaches A (Eq. 3),
+    L_A's term is the mean of H(q~_A, p_A) and H(q~_B, p_A), not their sum, so distilling moves a sample's
+    target, never its weight (losses.peer_mean); B mirrored. With draws (--select shuffled too), the taught
+    samples are shuffled as in cohort_objective. Arguments, result: cmd_objective's."""
+    logp, h, _, q_tilde = own_targets(z, y, method, r, clock)
+    _, _, b_taught_a, a_taught_b = cmd_distill(*logp, *q_tilde, *h, chi, None if draws is None else draws[0])
+    taught = {(1, 0): b_taught_a, (0, 1): a_taught_b}
+    losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
+                        taught[1 - k, k]) for k in range(2)]
+    return Objective(losses, taught, q_tilde, h)
+
+
+def mean(values):
+    """The mean of a list of tensors; exactly the one tensor when there is one (a pair's single peer)."""
+    return sum(values[1:], values[0]) / len(values)
+
+
+def shuffle_draws(seed, epoch, batch, m, n, device):
+    """The uniform draws of the shuffled-selection control (--select shuffled) for one batch: (pairs, 2, n), a
+    (2, n) for each pair of m models, from a generator seeded by (seed, epoch, batch) alone, so that the
+    positions depend on nothing the models compute. Drawn on the device; nothing is read back."""
+    g = torch.Generator(device=device)
+    g.manual_seed(((seed * 1_000_003 + epoch) * 1_000_003 + batch) % 2 ** 63)
+    return torch.rand(m * (m - 1) // 2, 2, n, generator=g, device=device)
+
+
+# ---------------------------------------------------------------- the comparators of Table 4, and the step
+
+def all_knowledge_objective(z, y, method, chi, r, clock, draws=None):
+    """The baselines of Table 4: every model learns all of its peers' predictions, by Deep Mutual Learning's
+    loss (mode mkd, Eq. 2) or KDCL-MinLogit's (mode kdcl). chi, r, clock and draws are unused (one signature
+    for every objective). Returns Objective(losses, taught = every sample, q_tilde = the predictions, h)."""
+    m, c = len(z), method.comparators
     logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
-    losses = (dml_loss(z, one_hot(y, z[0].shape[-1]), method.mkd_eps) if method.mode == "mkd" else
-              kdcl_cohort_loss(z, y, method.kdcl_t, method.kdcl_lambda))
+    losses = (dml_loss(z, one_hot(y, z[0].shape[-1]), c.mkd_eps) if method.mode == "mkd" else
+              kdcl_cohort_loss(z, y, c.kdcl_t, c.kdcl_lambda))
     taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
     return Objective(losses, taught, [logp_k.detach().exp() for logp_k in logp], list(h))
 
@@ -121,16 +169,16 @@ def all_knowledge_objective(z, y, method, chi, r, clock, keys=None):
 class Clock(NamedTuple):
     """Where training is, for everything that moves with time: Eq. 7's chi, ProSelfLC's t/Γ, the comparators'
     R(t) (baselines.schedule) and the shuffled control's draws."""
-    epoch: int   # 0-based
-    step: int    # the batch's index within the epoch
-    steps: int   # batches per epoch
-    epochs: int  # Γ
-    seed: int    # the run's --seed
+    epoch: int    # 0-based
+    batch: int    # the batch's index within the epoch
+    batches: int  # batches per epoch
+    epochs: int   # Γ
+    seed: int     # the run's --seed
 
     @property
     def t(self):
         """Training progress in epochs, fractional: Eq. 7's and ProSelfLC's t."""
-        return self.epoch + self.step / self.steps
+        return self.epoch + self.batch / self.batches
 
     @property
     def progress(self):
@@ -145,20 +193,21 @@ class Precision(NamedTuple):
 
 
 def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
-    """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the mode's objective, backward.
+    """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the run's objective, backward.
 
     nets, opts: the models and their optimisers. batch: (x, y, y_clean), y the given labels and y_clean the
     clean ones (the given ones when unknown), used only for the sums. chi: Eq. 7 now (None for mkd, kdcl and
     SMALL_LOSS); r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a
     Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
-    ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device.
+    ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
+    on (--amp fp16): its step then reads back whether each model's gradients are finite, a wait per model.
     """
     x, y, y_clean = batch
     with torch.autocast(**precision.autocast):
         z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
-    keys = (shuffle_keys(clock.seed, clock.epoch, clock.step, len(nets), len(y), y.device)
-            if method.select == "shuffled" else None)
-    out = OBJECTIVES[method.mode](z, y, method, chi, r, clock, keys)
+    draws = (shuffle_draws(clock.seed, clock.epoch, clock.batch, len(nets), len(y), y.device)
+             if method.select == "shuffled" else None)
+    out = objective_for(method, len(nets))(z, y, method, chi, r, clock, draws)
     total = sum(out.losses[1:], out.losses[0])        # L_A + L_B
     for o in opts:
         o.zero_grad(set_to_none=True)
@@ -215,11 +264,6 @@ def sum_names(m):
                  + [f"{s}_{pair}" for pair in pairs for s in ("selected", "clean", "clean_label")])
 
 
-def mean(values):
-    """The mean of a list of tensors; exactly the one tensor when there is one (a pair's single peer)."""
-    return sum(values[1:], values[0]) / len(values)
-
-
 def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
     """Counts of H(p) in `bins` equal bins over [0, ln K], per model and per kind of given label.
 
@@ -232,15 +276,6 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
     idx = idx + bins * noisy.long() + 2 * bins * torch.arange(m, device=h.device)[:, None]
     out = torch.zeros(m * 2 * bins, device=h.device)
     return out.index_add_(0, idx.flatten(), torch.ones_like(h).flatten()).view(m, 2, bins)
-
-
-def shuffle_keys(seed, epoch, step, m, n, device):
-    """The uniform draws of the shuffled-selection control (--select shuffled) for one step: (pairs, 2, n), a
-    (2, n) for each pair of m models, from a generator seeded by (seed, epoch, step) alone, so that the
-    positions depend on nothing the models compute. Drawn on the device; nothing is read back."""
-    g = torch.Generator(device=device)
-    g.manual_seed(((seed * 1_000_003 + epoch) * 1_000_003 + step) % 2 ** 63)
-    return torch.rand(m * (m - 1) // 2, 2, n, generator=g, device=device)
 
 
 # ---------------------------------------------------------------- the flags of the method
@@ -259,8 +294,6 @@ MODES = (*CMD_MODES, "mkd", "kdcl", *SMALL_LOSS)
 LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd", "gce")
 SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
 OWN_LOSS_LCS = ("cp", "tfkd", "gce")  # their L_selfKD is a loss of its own, not H(q~, p): no --peer-weight mean
-
-
 ALIASES = {"cmd-s": "static", "cmd-p": "progressive",  # the paper's names of the modes
            "co-teaching": "coteach", "co-teaching+": "coteach+"}  # and the comparators' papers' names
 
@@ -280,10 +313,39 @@ def positive(v):
 
 
 @dataclass(frozen=True)
-class Method:
-    """What the paper's method is made of; train.py builds one from its flags. Defaults: CMD-P + MyLC.
+class Comparators:
+    """The settings of the methods CMD is compared with (Tables 2-4: Tf-KD_reg, GCE, MKD, KDCL, Co-teaching,
+    Co-teaching+, JoCoR), none of them the paper's own. Held by Method.comparators; each field is also
+    train.py's flag of the same name, with this default and help."""
+    tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
+                         (lambda v: 0 < v < 1, "in (0, 1)"))
+    tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
+    tfkd_alpha: float = knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]"))
+    tfkd_multiplier: float = knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
+                                  (math.isfinite, "a finite number"))
+    mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
+    kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
+    kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
+    gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
+                        (lambda v: 0 < v <= 1, "in (0, 1]"))
+    forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
+                                           "jocor (default: --rate with --noise sym/pair, as the authors' code "
+                                           "sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
+    num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
+                            (lambda v: v >= 1, "at least 1"))
+    coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
+                                     "authors' code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their "
+                                     "init_epoch 5 and 20 with epochs counted from 1)",
+                                  (lambda v: v >= 0, "at least 0"))
+    jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
+                                     "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
 
-    Each field is also train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
+
+@dataclass(frozen=True)
+class Method:
+    """What the paper's method is made of, and the two controls of its selection; train.py builds one from its
+    flags. Defaults: CMD-P + MyLC. Each field but comparators (the comparators' settings, a Comparators) is also
+    train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
     """
     mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
                                     "progressive = CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = "
@@ -310,34 +372,25 @@ class Method:
     proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
     mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
     mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
-    tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
-                         (lambda v: 0 < v < 1, "in (0, 1)"))
-    tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
-    tfkd_alpha: float = knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]"))
-    tfkd_multiplier: float = knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
-                                  (math.isfinite, "a finite number"))
-    mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
-    kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
-    kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
-    gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
-                        (lambda v: 0 < v <= 1, "in (0, 1]"))
-    forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
-                                           "jocor (default: --rate with --noise sym/pair, as the authors' code "
-                                           "sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
-    num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
-                            (lambda v: v >= 1, "at least 1"))
-    coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
-                                     "authors' code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their "
-                                     "init_epoch 5 and 20 with epochs counted from 1)",
-                                  (lambda v: v >= 0, "at least 0"))
-    jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
-                                     "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
+    comparators: Comparators = field(default_factory=Comparators)
 
     def chi(self, t, total, num_classes):
         """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd, kdcl and SMALL_LOSS, which have no threshold."""
         return None if self.eta is None else chi_schedule(t, total, num_classes, self.eta, self.b)
 
 
-# Each training mode's objective, all with cmd_objective's signature: the one thing mutual_step dispatches on.
-OBJECTIVES = {**dict.fromkeys(CMD_MODES, cmd_objective), "mkd": all_knowledge_objective,
-              "kdcl": all_knowledge_objective, **dict.fromkeys(SMALL_LOSS, baselines.objective)}
+# Every objective, all with cmd_objective's signature: objective_for picks a run's, the one thing mutual_step
+# dispatches on. The CMD modes are the pair of Eqs. 3-6 and differ only in chi (THRESHOLDS).
+OBJECTIVES = {**dict.fromkeys(CMD_MODES, cmd_objective), "cohort": cohort_objective, "shuffled": cohort_objective,
+              "peer-mean": peer_mean_objective, "mkd": all_knowledge_objective, "kdcl": all_knowledge_objective,
+              **dict.fromkeys(SMALL_LOSS, baselines.objective)}
+
+
+def objective_for(method, m):
+    """The objective a run of m models trains by: its mode's; for CMD's modes, the pair's cmd_objective unless
+    the run asks for a generalisation of it (--peer-weight mean, --select shuffled, --peers > 2)."""
+    if method.mode not in CMD_MODES:
+        return OBJECTIVES[method.mode]
+    if method.peer_weight == "mean":
+        return OBJECTIVES["peer-mean"]
+    return OBJECTIVES["shuffled" if method.select == "shuffled" else "cohort" if m > 2 else method.mode]

@@ -5,7 +5,7 @@
 main reads top to bottom: arguments and presets, data and label noise, models and
 optimisers, the loop, the report. The method itself (each model's target, Eqs. 3-6,
 the step) is mutual.py; χ is Eq. 7 (schedule.py); what a run writes into --out and
-how it resumes is rundir.py; the progress line is progress.py.
+how it resumes is training/rundir.py; the progress line is training/progress.py.
 
 Every input is checked before the first file is written. A run stopped by Ctrl-C, a
 NaN loss or an unreadable image says so in one line and keeps its last checkpoint;
@@ -29,7 +29,6 @@ if __name__ == "__main__":  # a Ctrl-C while torch is being imported stops as qu
 import threading
 import time
 import warnings
-from dataclasses import fields
 from typing import NamedTuple
 
 import numpy as np
@@ -43,7 +42,7 @@ from training import datasets, images, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, eval_batches, load_data
 from training.cifar_n import human_labels
-from training.config import fail, get_args, resolve
+from training.config import fail, get_args, method_of, resolve
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
@@ -69,7 +68,7 @@ def main(argv=None):
     mutual_step (Eqs. 3-8), and the report. Returns summary.json's numbers (None on ranks other than 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = resolve(get_args(argv))
-    method = Method(**{f.name: getattr(args, f.name) for f in fields(Method)})
+    method = method_of(args)
     setup = Setup.of(args)
     run = open_run(args, setup)
     if run.finished(args.epochs):

@@ -17,16 +17,21 @@ import train
 from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteaching, coteaching_plus, jocor, remember_rate,
                        schedule, small_loss)
 from label_correction import gce_loss
-from mutual import ALIASES, MODES, SMALL_LOSS, THRESHOLDS, Clock, Method, Precision, mutual_step, sum_names
+from mutual import ALIASES, MODES, SMALL_LOSS, THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step, sum_names
 from training import config
 
 N, K = 12, 4
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)
 
 
-def at(epoch, step=0):
-    """The clock of a 20-epoch run of 600 steps an epoch, at the step'th batch of the (0-based) epoch."""
-    return Clock(epoch=epoch, step=step, steps=600, epochs=20, seed=0)
+def at(epoch, batch=0):
+    """The clock of a 20-epoch run of 600 batches an epoch, at the batch'th batch of the (0-based) epoch."""
+    return Clock(epoch=epoch, batch=batch, batches=600, epochs=20, seed=0)
+
+
+def comparator(mode, **settings):
+    """The Method of a comparator's run: on the given labels, with these of its Comparators settings."""
+    return Method(mode=mode, lc="ce", eta=None, b=None, comparators=Comparators(**settings))
 
 
 def fixture(seed=0):
@@ -221,28 +226,28 @@ def test_coteaching_plus_before_its_initial_epochs_is_coteaching():
     (pa, pb), pt = coteaching_plus(z_a, z_b, y, 0.75, disagree=False, early=False)
     (ca, cb), ct = coteaching(z_a, z_b, y, 0.75)
     assert torch.equal(pa, ca) and torch.equal(pb, cb) and all(torch.equal(pt[k], ct[k]) for k in ct)
-    m = Method(mode="coteach+", lc="ce", eta=None, b=None, forget_rate=0.3, coteach_plus_init=3)
+    m = comparator("coteach+", forget_rate=0.3, coteach_plus_init=3)
     assert [schedule(m, at(e)).disagree for e in range(5)] == [False, False, False, True, True]
-    assert schedule(Method(mode="coteach+", lc="ce", eta=None, b=None, forget_rate=0.3), at(0)).disagree  # MNIST's 0
-    assert not schedule(Method(mode="coteach", lc="ce", eta=None, b=None, forget_rate=0.3), at(9)).disagree
+    assert schedule(comparator("coteach+", forget_rate=0.3), at(0)).disagree  # MNIST's 0
+    assert not schedule(comparator("coteach", forget_rate=0.3), at(9)).disagree
 
 
 def test_remember_rate_falls_linearly_over_t_k_epochs_then_stays():
     assert [remember_rate(t, 0.4, 10) for t in (0, 5, 10, 50)] == pytest.approx([1.0, 0.8, 0.6, 0.6])
     assert remember_rate(1, 0.4, 2) == pytest.approx(0.8)
-    m = Method(mode="jocor", lc="ce", eta=None, b=None, forget_rate=0.2, num_gradual=4)
-    assert schedule(m, at(2, step=7)).keep == pytest.approx(0.9)  # once an epoch: the step does not move it
+    m = comparator("jocor", forget_rate=0.2, num_gradual=4)
+    assert schedule(m, at(2, batch=7)).keep == pytest.approx(0.9)  # once an epoch: the batch does not move it
 
 
 def test_the_step_rule_is_the_authors_product_of_epoch_and_batch_index():
     assert coteach_plus_early(0, COTEACH_PLUS_STEPS - 1) and not coteach_plus_early(0, COTEACH_PLUS_STEPS)
     assert coteach_plus_early(9, 499) and not coteach_plus_early(9, 500)  # their epoch 10: 10 * 500 = 5000
     assert coteach_plus_early(10 ** 6, 0)  # every epoch's first batch
-    m = Method(mode="coteach+", lc="ce", eta=None, b=None, forget_rate=0.3)
-    assert schedule(m, at(9, step=499)).early and not schedule(m, at(9, step=500)).early  # from the clock
+    m = comparator("coteach+", forget_rate=0.3)
+    assert schedule(m, at(9, batch=499)).early and not schedule(m, at(9, batch=500)).early  # from the clock
 
 
-def test_small_loss_marks_the_k_smallest():
+def test_small_loss_marks_the_n_keep_smallest():
     loss = torch.tensor([0.5, 0.1, 0.9, 0.3, 0.7])
     assert small_loss(loss, 2).tolist() == [0, 1, 0, 1, 0] and small_loss(loss, 0).sum() == 0
 
@@ -317,7 +322,7 @@ def test_gce_gradient_matches_the_hand_computation():
 setup_pair = setup  # test_mutual's pair of cnn models and a batch with some wrong labels
 
 
-def step(nets, opts, x, y, y_clean, method, clock=Clock(epoch=4, step=0, steps=10, epochs=20, seed=0)):
+def step(nets, opts, x, y, y_clean, method, clock=Clock(epoch=4, batch=0, batches=10, epochs=20, seed=0)):
     sums, _ = mutual_step(nets, opts, (x, y, y_clean), method, None, [torch.tensor(0.5)] * 2, clock,
                           Precision(OFF, torch.amp.GradScaler("cpu", enabled=False)))
     return dict(zip(sum_names(2), sums.tolist()))
@@ -327,8 +332,8 @@ def test_mutual_step_counts_what_coteaching_selected_and_its_label_precision():
     nets, opts, x, y, y_clean = setup_pair(1)
     with torch.no_grad():
         z_a, z_b = (copy.deepcopy(n)(x) for n in nets)
-    method = Method(mode="coteach", lc="ce", eta=None, b=None, forget_rate=0.5, num_gradual=10)
-    s = step(nets, opts, x, y, y_clean, method, Clock(epoch=5, step=0, steps=10, epochs=20, seed=0))  # R(t) 0.75
+    method = comparator("coteach", forget_rate=0.5, num_gradual=10)
+    s = step(nets, opts, x, y, y_clean, method, Clock(epoch=5, batch=0, batches=10, epochs=20, seed=0))  # R(t) 0.75
     d_a, d_b, loss_a, loss_b = ref_coteaching(z_a, z_b, y, 0.75)
     assert s["loss_a"] / 24 == pytest.approx(loss_a, rel=1e-5) and s["loss_b"] / 24 == pytest.approx(loss_b, rel=1e-5)
     assert s["selected_a2b"] == len(d_a) == 18 and s["selected_b2a"] == len(d_b)
@@ -341,7 +346,7 @@ def test_a_coteaching_step_without_forgetting_is_two_independent_cross_entropy_s
     nets, opts, x, y, y_clean = setup_pair(2)
     alone = [copy.deepcopy(n) for n in nets]
     alone_opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in alone]
-    method = Method(mode="coteach", lc="ce", eta=None, b=None, forget_rate=0.0)
+    method = comparator("coteach", forget_rate=0.0)
     step(nets, opts, x, y, y_clean, method)
     for net, opt in zip(alone, alone_opts):
         opt.zero_grad()
@@ -354,7 +359,7 @@ def test_a_coteaching_step_without_forgetting_is_two_independent_cross_entropy_s
 def test_a_small_loss_mode_refuses_a_cohort():
     nets, opts, x, y, y_clean = setup_pair(3)
     nets, opts = nets + nets[:1], opts + opts[:1]
-    method = Method(mode="jocor", lc="ce", eta=None, b=None, forget_rate=0.2)
+    method = comparator("jocor", forget_rate=0.2)
     with pytest.raises(ValueError, match="trains a pair, not 3"):
         step(nets, opts, x, y, y_clean, method)
 

@@ -10,7 +10,7 @@ from test_train import TINY, metrics
 
 import train
 from losses import cmd_distill, log_probs, peer_mean, shuffled_like, soft_cross_entropy
-from mutual import Method, shuffle_keys
+from mutual import Method, shuffle_draws
 
 N, K = 64, 6
 
@@ -27,22 +27,22 @@ def test_shuffled_selection_keeps_each_directions_count_per_batch():
     logp_a, logp_b, q_a, q_b, h_a, h_b = scores(0)
     chi = h_a.median().item()
     for step in range(20):
-        keys = shuffle_keys(0, 0, step, 2, N, "cpu")[0]
+        draws = shuffle_draws(0, 0, step, 2, N, "cpu")[0]
         _, _, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)
-        _, _, s_b2a, s_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=keys)
+        _, _, s_b2a, s_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, draws)
         assert s_b2a.sum() == m_b2a.sum() == (h_b < chi).sum() and s_a2b.sum() == m_a2b.sum() == (h_a < chi).sum()
         assert set(s_b2a.unique().tolist()) <= {0.0, 1.0}
 
 
 def test_shuffled_positions_do_not_depend_on_the_entropies_only_on_their_count():
     logp_a, logp_b, q_a, q_b, _, _ = scores(1)
-    keys = shuffle_keys(3, 2, 7, 2, N, "cpu")[0]
+    draws = shuffle_draws(3, 2, 7, 2, N, "cpu")[0]
     h1, h2 = torch.rand(N), torch.rand(N)  # two different sets of entropies, the same count below chi = 0.5
     h2[torch.argsort(h2)[:20]], h2[torch.argsort(h2)[20:]] = 0.1, 0.9
     h1[torch.argsort(h1)[:20]], h1[torch.argsort(h1)[20:]] = 0.1, 0.9
     assert not torch.equal(h1, h2)
-    one = cmd_distill(logp_a, logp_b, q_a, q_b, h1, h1, 0.5, keys=keys)
-    two = cmd_distill(logp_a, logp_b, q_a, q_b, h2, h2, 0.5, keys=keys)
+    one = cmd_distill(logp_a, logp_b, q_a, q_b, h1, h1, 0.5, draws)
+    two = cmd_distill(logp_a, logp_b, q_a, q_b, h2, h2, 0.5, draws)
     assert torch.equal(one[2], two[2]) and torch.equal(one[3], two[3]) and one[2].sum() == 20
     assert not torch.equal(one[2], (h1 < 0.5).float())  # and they are not the confident ones
     # the loss is Eq. 3 on the drawn positions, with the same targets
@@ -55,8 +55,8 @@ def test_shuffled_positions_are_uniform_and_each_direction_draws_its_own():
     mask = torch.zeros(N)
     mask[:16] = 1  # 16 confident samples, all at the start
     for step in range(2000):
-        keys = shuffle_keys(0, 1, step, 2, N, "cpu")[0]
-        a, b = shuffled_like(mask, keys[0]), shuffled_like(mask, keys[1])
+        draws = shuffle_draws(0, 1, step, 2, N, "cpu")[0]
+        a, b = shuffled_like(mask, draws[0]), shuffled_like(mask, draws[1])
         counts += a
         same += torch.equal(a, b)
     assert same == 0  # the two directions' positions are drawn independently
@@ -64,17 +64,17 @@ def test_shuffled_positions_are_uniform_and_each_direction_draws_its_own():
     assert counts.min() > expected - 100 and counts.max() < expected + 100
 
 
-def test_shuffle_keys_come_from_the_clock_alone():
-    assert torch.equal(shuffle_keys(1, 2, 3, 2, N, "cpu"), shuffle_keys(1, 2, 3, 2, N, "cpu"))
+def test_shuffle_draws_come_from_the_clock_alone():
+    assert torch.equal(shuffle_draws(1, 2, 3, 2, N, "cpu"), shuffle_draws(1, 2, 3, 2, N, "cpu"))
     for other in [(1, 2, 4), (1, 3, 3), (2, 2, 3)]:
-        assert not torch.equal(shuffle_keys(1, 2, 3, 2, N, "cpu"), shuffle_keys(*other, 2, N, "cpu"))
-    assert shuffle_keys(0, 0, 0, 3, N, "cpu").shape == (3, 2, N)  # a cohort of 3: one (2, N) per pair
+        assert not torch.equal(shuffle_draws(1, 2, 3, 2, N, "cpu"), shuffle_draws(*other, 2, N, "cpu"))
+    assert shuffle_draws(0, 0, 0, 3, N, "cpu").shape == (3, 2, N)  # a cohort of 3: one (2, N) per pair
 
 
 def test_shuffled_selection_is_sync_free():
     logp_a, logp_b, q_a, q_b, h_a, h_b = (t.to("meta") for t in scores(2))
-    keys = torch.rand(2, N, device="meta")
-    loss_b2a, loss_a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, 0.5, keys=keys)
+    draws = torch.rand(2, N, device="meta")
+    loss_b2a, loss_a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, 0.5, draws)
     assert all(t.device.type == "meta" for t in (loss_b2a, loss_a2b, m_b2a, m_a2b))  # no value was ever read
 
 

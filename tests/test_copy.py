@@ -133,7 +133,7 @@ def test_cmd_loss_alone_and_schedule_py_whole_give_the_objective_on_a_random_bat
     K, N = 10, 64
     z = [3 * torch.randn(N, K, generator=g) for _ in range(2)]
     y = torch.randint(0, K, (N,), generator=g)
-    method, clock = Method(), Clock(epoch=3, step=1, steps=4, epochs=10, seed=0)  # CMD-P + MyLC, Eq. 7 mid-way
+    method, clock = Method(), Clock(epoch=3, batch=1, batches=4, epochs=10, seed=0)  # CMD-P + MyLC, Eq. 7 mid-way
     chi = method.chi(clock.t, clock.epochs, K)
     out = mutual.OBJECTIVES[method.mode](z, y, method, chi, [torch.tensor(0.4), torch.tensor(0.7)], clock)
     assert all(0 < m.mean() < 1 for m in out.taught.values())  # some samples teach, some do not

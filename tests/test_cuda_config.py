@@ -48,8 +48,8 @@ class StepSpy:
             self.scores.update((logp.dtype, h.dtype))
             return logp, h
 
-        def spy_cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=None):
-            out = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=keys)
+        def spy_cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, draws=None):
+            out = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, draws)
             self.selection.update(t.dtype for t in (logp_a, logp_b, q_a, q_b, h_a, h_b, *out))
             return out
 

@@ -1,5 +1,6 @@
-"""The house rules: Method is the one source of the method's flags, the paper's names are accepted, the
-paper's files import no machinery, shared flags are defined once, train.py's functions stay small."""
+"""The house rules: Method and Comparators are the one source of the method's flags, the paper's names are
+accepted, the paper's files import no machinery, shared flags are defined once, train.py's functions stay small,
+and the paper's pair (mutual.cmd_objective) reads on one screen."""
 import ast
 import dataclasses
 import glob
@@ -13,7 +14,7 @@ from test_train import TINY, metrics
 
 import baselines
 import mutual
-from mutual import Method
+from mutual import Comparators, Method
 from training import config
 from training.report import epoch_line
 from training.synthetic import Synthetic
@@ -26,9 +27,14 @@ def actions():
     return {a.dest: a for a in config.parser()._actions}
 
 
+def knobs():
+    """Every field of Method and Comparators that is a flag: all but Method.comparators."""
+    return [f for kind in (Method, Comparators) for f in dataclasses.fields(kind) if f.name != "comparators"]
+
+
 def test_every_method_flag_takes_its_default_and_help_from_method():
     flags = actions()
-    for f in dataclasses.fields(Method):
+    for f in knobs():
         a = flags[f.name]
         assert a.help.startswith(f.metadata["help"]), f.name
         if f.name in ("lc", "eta", "b"):  # these default per --mode; resolve fills them
@@ -36,7 +42,20 @@ def test_every_method_flag_takes_its_default_and_help_from_method():
         else:
             assert a.default == f.default, f.name
     args = config.resolve(config.get_args(["--dataset", "synthetic"]))
-    assert Method(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Method)}) == Method()
+    assert config.method_of(args) == Method()
+    # and a comparator's flag reaches its field
+    args = config.resolve(config.get_args(["--dataset", "synthetic", "--mode", "jocor", "--jocor-lambda", "0.5"]))
+    assert config.method_of(args).comparators.jocor_lambda == 0.5
+
+
+def test_the_comparators_settings_are_not_the_papers_method_fields():
+    paper = {f.name for f in dataclasses.fields(Method)}
+    others = {f.name for f in dataclasses.fields(Comparators)}
+    assert not paper & others and paper >= {"mode", "lc", "eta", "b", "mylc_b1", "mylc_rho"}
+    assert others >= {"forget_rate", "num_gradual", "coteach_plus_init", "jocor_lambda", "kdcl_t", "kdcl_lambda",
+                      "gce_q", "tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier", "mkd_eps"}
+    groups = {g.title.split()[0]: {a.dest for a in g._group_actions} for g in config.parser()._action_groups}
+    assert groups["method"] == paper - {"comparators"} and groups["comparators"] == others
 
 
 def test_changing_a_default_in_method_changes_the_flag(monkeypatch):
@@ -175,6 +194,23 @@ def test_mutual_py_opens_with_the_method():
     tree = ast.parse(open(os.path.join(HERE, "mutual.py")).read())
     first = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
     assert first.name == "cmd_objective"
+
+
+def test_the_papers_pair_reads_on_one_screen_without_cohorts_or_controls():
+    source = open(os.path.join(HERE, "mutual.py")).read()
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "cmd_objective")
+    body = fn.body[1:] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else fn.body
+    lines = source.splitlines()[body[0].lineno - 1:fn.end_lineno]
+    code = [line for line in lines if line.strip() and not line.strip().startswith("#")]
+    assert len(code) <= 15, f"cmd_objective's body is {len(code)} lines"
+    names = set()
+    for stmt in body:
+        for n in ast.walk(stmt):
+            names |= {n.id} if isinstance(n, ast.Name) else {n.attr} if isinstance(n, ast.Attribute) else \
+                {n.arg} if isinstance(n, ast.keyword) and n.arg else \
+                {n.value} if isinstance(n, ast.Constant) and isinstance(n.value, str) else set()
+    for word in ("cohort", "select", "peer_weight", "combinations", "draws"):
+        assert not [n for n in names if word in n], (word, names)
 
 
 def test_no_function_of_train_py_or_training_takes_more_than_six_parameters():

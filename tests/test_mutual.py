@@ -31,7 +31,7 @@ def setup(seed=0):
 def step(nets, opts, x, y, y_clean, method, chi, r=(0.7, 0.3), progress=0.6):
     precision = Precision(OFF, torch.amp.GradScaler("cpu", enabled=False))
     r = [torch.tensor(v) for v in r]
-    clock = Clock(epoch=round(progress * 10), step=0, steps=1, epochs=10, seed=0)  # t/Γ = progress
+    clock = Clock(epoch=round(progress * 10), batch=0, batches=1, epochs=10, seed=0)  # t/Γ = progress
     assert clock.progress == progress
     sums, hist = mutual_step(nets, opts, (x, y, y_clean), method, chi, r, clock, precision)
     assert hist.shape == (len(nets), 2, ENTROPY_BINS) and hist.sum() == len(nets) * N  # every sample once per model
@@ -50,7 +50,7 @@ def expected_self_loss(method, z, q, y, r, progress):
     if method.lc == "tfkd":
         return tfkd_reg_loss(z, y), q_tilde
     if method.lc == "gce":
-        return gce_loss(z, y, method.gce_q), q_tilde
+        return gce_loss(z, y, method.comparators.gce_q), q_tilde
     return F.cross_entropy(z, q_tilde), q_tilde
 
 

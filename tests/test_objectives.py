@@ -1,14 +1,16 @@
 """The objectives are pure functions of tensors: torch.func.vmap batches them over runs that differ in chi, r,
-labels and logits, and each run's slice equals the unbatched call (what tools/batched.py relies on)."""
+labels and logits, and each run's slice equals the unbatched call (what tools/batched.py relies on); a cohort of
+two is the paper's pair, and each run trains by the objective its flags ask for."""
 import pytest
 import torch
 from torch.func import vmap
 
 from losses import Objective
-from mutual import LCS, OBJECTIVES, Clock, Method, cmd_objective, shuffle_keys, step_sums
+from mutual import (LCS, OBJECTIVES, Clock, Method, cmd_objective, cohort_objective, objective_for, peer_mean_objective,
+                    shuffle_draws, step_sums)
 
 R, N, K = 3, 16, 5
-CLOCK = Clock(epoch=3, step=2, steps=10, epochs=20, seed=0)
+CLOCK = Clock(epoch=3, batch=2, batches=10, epochs=20, seed=0)
 
 
 def runs(seed=0):
@@ -47,15 +49,18 @@ def test_cmd_objective_vmaps_over_runs_with_their_own_chi_and_r(lc):
     assert len(set(selected.tolist())) == R
 
 
-@pytest.mark.parametrize("control", [dict(select="shuffled"), dict(peer_weight="mean")])
+@pytest.mark.parametrize("control", [dict(select="shuffled"), dict(peer_weight="mean"),
+                                     dict(select="shuffled", peer_weight="mean")])
 def test_the_controls_vmap_too(control):
     z, y, chi, r = runs(1)
     method = Method(mode="progressive", lc="mylc", **control)
-    keys = torch.stack([shuffle_keys(seed, 0, 0, 2, N, "cpu") for seed in range(R)])  # each run's own draws
-    batched = vmap(lambda z, y, chi, r, keys: cmd_objective(z, y, method, chi, r, CLOCK, keys))(z, y, chi, r, keys)
+    objective = objective_for(method, 2)
+    assert objective is not cmd_objective  # a control is an objective of its own
+    draws = torch.stack([shuffle_draws(seed, 0, 0, 2, N, "cpu") for seed in range(R)])  # each run's own draws
+    batched = vmap(lambda z, y, chi, r, draws: objective(z, y, method, chi, r, CLOCK, draws))(z, y, chi, r, draws)
     for i in range(R):
         zi, yi, chi_i, ri = run_slice(i, z, y, chi, r)
-        assert_same(batched, i, cmd_objective(zi, yi, method, chi_i, ri, CLOCK, keys[i]))
+        assert_same(batched, i, objective(zi, yi, method, chi_i, ri, CLOCK, draws[i]))
 
 
 @pytest.mark.parametrize("mode", ["mkd", "kdcl"])
@@ -80,3 +85,23 @@ def test_step_sums_vmap():
     for i in range(R):
         zi, yi, chi_i, ri = run_slice(i, z, y, chi, r)
         assert torch.allclose(batched[i], sums(zi, yi, y_clean[i], chi_i, ri), rtol=1e-6)
+
+
+@pytest.mark.parametrize("lc", ["mylc", "gce"])
+def test_a_cohort_of_two_is_the_papers_pair_exactly(lc):
+    z, y, chi, r = run_slice(0, *runs(4))
+    method = Method(mode="progressive", lc=lc)
+    pair, cohort = cmd_objective(z, y, method, chi, r, CLOCK), cohort_objective(z, y, method, chi, r, CLOCK)
+    assert all(torch.equal(a, b) for a, b in zip(pair.losses, cohort.losses))  # Eqs. 5-6 at M = 2, to the bit
+    assert pair.taught.keys() == cohort.taught.keys()
+    assert all(torch.equal(pair.taught[k], cohort.taught[k]) for k in pair.taught)
+    assert all(torch.equal(a, b) for a, b in zip(pair.q_tilde + pair.h, cohort.q_tilde + cohort.h))
+
+
+def test_each_run_trains_by_its_own_objective():
+    cmd = [objective_for(Method(mode=mode), 2) for mode in ("zero", "all", "static", "progressive")]
+    assert cmd == [cmd_objective] * 4  # the paper's pair: CMD's modes differ only in chi
+    assert objective_for(Method(), 3) is cohort_objective
+    assert objective_for(Method(select="shuffled"), 2) is cohort_objective
+    assert objective_for(Method(peer_weight="mean"), 2) is peer_mean_objective
+    assert objective_for(Method(mode="mkd", lc="ce", eta=None, b=None), 3) is OBJECTIVES["mkd"]

@@ -14,7 +14,7 @@ Per run, exactly as train.py makes it: the training subset, the noisy labels (no
 the initial weights (build.build_models), the batch order (Batches.epoch), the lr on its milestones (a
 MultiStepLR per run), χ(t) (Method.chi) and MyLC's r. The runs' parameters are stacked
 (torch.func.stack_module_state) and one step of all of them is one vmap of functional_call and of the mode's
-objective, mutual.OBJECTIVES: the method is the code train.py runs, not a copy. SGD with momentum is applied to
+objective, mutual.objective_for: the method is the code train.py runs, not a copy. SGD with momentum is applied to
 the stacks with each run's lr. Floating-point order differs from one run's own matrix products, so the
 numbers agree to rounding, not to the bit; docs/performance.md gives the contract and what it measured.
 
@@ -39,12 +39,12 @@ from torch.func import functional_call, stack_module_state, vmap
 
 import models
 from label_correction import confidence_from_sum
-from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, OBJECTIVES, Clock, Method, entropy_histogram, shuffle_keys,
+from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
                     step_sums, sum_names)
 from noise import add_noise
 from training import build, rundir, runfiles
 from training.batches import Batches
-from training.config import get_args, pick_device, resolve
+from training.config import get_args, method_of, pick_device, resolve
 from training.report import accuracies, epoch_row, epoch_line, final_accuracies
 from tools import sweep
 from tools.paper_tables import run_name, same_run
@@ -148,7 +148,7 @@ class Runs:
         self.params = [stack_module_state([n[j] for n in nets])[0] for j in range(self.m)]
         self.momentum = [{} for _ in range(self.m)]
         self.r = [torch.zeros(len(runs), device=device) for _ in range(self.m)]  # MyLC's r: 0 before epoch 1
-        self.methods = [Method(**{f: getattr(run["args"], f) for f in Method.__dataclass_fields__}) for run in runs]
+        self.methods = [method_of(run["args"]) for run in runs]
 
     def lr(self):
         return [m.opts[0].param_groups[0]["lr"] for m in self.models]
@@ -174,19 +174,19 @@ def step(runs, batch, chi, clock, autocast):
     """One training step of every run: R x (x, y, y_clean) batches -> (sums (R, S), histograms (R, M, 2, bins))."""
     x, y, y_clean = (torch.stack(t) for t in zip(*batch))
     method = runs.methods[0]  # the group shares everything an objective reads but chi (mutual.cmd_objective)
-    objective = OBJECTIVES[method.mode]
-    keys = (torch.stack([shuffle_keys(run["args"].seed, clock.epoch, clock.step, runs.m, y.shape[1], runs.device)
-                         for run in runs.runs]) if method.select == "shuffled" else None)
+    objective = objective_for(method, runs.m)
+    draws = (torch.stack([shuffle_draws(run["args"].seed, clock.epoch, clock.batch, runs.m, y.shape[1], runs.device)
+                          for run in runs.runs]) if method.select == "shuffled" else None)
 
-    def one(params, x, y, y_clean, chi, r, keys):
+    def one(params, x, y, y_clean, chi, r, draws):
         z = runs.forward(params, x, autocast)
-        out = objective(z, y, method, chi, r, clock, keys)
+        out = objective(z, y, method, chi, r, clock, draws)
         total = sum(out.losses[1:], out.losses[0])
         return total, step_sums(z, y, y_clean, total, out), torch.stack(out.h)
 
     chi_dim = None if chi is None else 0
-    total, sums, h = vmap(one, in_dims=(0, 0, 0, 0, chi_dim, 0, None if keys is None else 0))(
-        runs.params, x, y, y_clean, chi, runs.r, keys)
+    total, sums, h = vmap(one, in_dims=(0, 0, 0, 0, chi_dim, 0, None if draws is None else 0))(
+        runs.params, x, y, y_clean, chi, runs.r, draws)
     total.sum().backward()  # each run's gradient is its own total's: the runs share no parameter
     noisy = (y != y_clean).float().repeat_interleave(runs.m, 0)  # (R M, N)
     hist = entropy_histogram(h.flatten(0, 1), noisy, runs.k).view(len(runs.runs), runs.m, 2, ENTROPY_BINS)
@@ -245,7 +245,7 @@ def train(group_runs, device, log=print):
         hist = torch.zeros(len(group_runs), runs.m, 2, ENTROPY_BINS, device=device)
         epochs = [b.epoch(run["args"].seed, epoch) for b, run in zip(runs.batches, group_runs)]
         for i in range(steps):
-            clock = Clock(epoch, i, steps, a0.epochs, 0)  # the seed of each run's shuffle_keys is its own
+            clock = Clock(epoch, i, steps, a0.epochs, 0)  # the seed of each run's shuffle_draws is its own
             chis = [m.chi(clock.t, a0.epochs, k) for m in runs.methods]
             chi = None if chis[0] is None else torch.tensor(chis, dtype=torch.float64, device=device)
             sums, h = step(runs, [next(e) for e in epochs], chi, clock, autocast)

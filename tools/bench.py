@@ -41,7 +41,7 @@ from mutual import Clock, Method, Precision, mutual_step
 from training import config, datasets
 from training.batches import Batches, Placement, Spec
 
-HALFWAY = Clock(epoch=5, step=0, steps=1, epochs=10, seed=0)  # t/Γ = 0.5, where every step below is timed
+HALFWAY = Clock(epoch=5, batch=0, batches=1, epochs=10, seed=0)  # t/Γ = 0.5, where every step below is timed
 
 
 @dataclass(frozen=True)

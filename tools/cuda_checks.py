@@ -16,7 +16,7 @@ import time
 import torch
 
 import models
-from mutual import THRESHOLDS, Clock, Method, Precision, mutual_step
+from mutual import THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step
 from training import datasets
 from training.batches import Batches, Placement, Spec
 
@@ -33,7 +33,7 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     steps PyTorch raises RuntimeError, naming the operation, if anything waits for the GPU: drawing the
     batch, mutual_step, adding up the sums. The count is read after the check.
     """
-    method = Method(mode=mode, lc=lc, eta=4.0 if mode in THRESHOLDS else None, forget_rate=0.2)
+    method = Method(mode=mode, lc=lc, eta=4.0 if mode in THRESHOLDS else None, comparators=Comparators(forget_rate=0.2))
     d = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=1024, classes=10))
     torch.manual_seed(0)
     nets = [models.build_model("cnn", 10).to(device, memory_format=torch.channels_last) for _ in range(2)]

@@ -2,10 +2,12 @@
 
 (appendix C's optimisation presets, which both resolve and --help read, are presets.py)
 get_args        -- the flags
-resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values
+resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values:
+                   the method, the label noise, the models, the optimiser and the run directory in turn
+method_of       -- the mutual.Method (with its Comparators) of the resolved flags
 fail            -- bad input: one line on stderr, exit 2
 
-The method's own hyperparameters become a mutual.Method in train.py; nothing
+The method's own hyperparameters become a mutual.Method (method_of); nothing
 below train.py sees these flags.
 """
 import argparse
@@ -18,7 +20,7 @@ from dataclasses import fields
 import torch
 
 import models
-from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Method
+from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Comparators, Method
 from schedule import chi
 from training import cifar_n, datasets
 from training.presets import DEFAULT_ARCH, REAL_NOISE, preset, presets_help, scale_milestones
@@ -82,21 +84,38 @@ def canonical(names):
     return lambda text: ALIASES.get(text.lower(), text.lower()) if text.lower() in (*names, *ALIASES) else text
 
 
-def method_flags(g):
-    """One flag per field of mutual.Method, with the field's default and help text: Method is their one source.
-    --mode, --lc, --eta and --b default per --mode (resolve), the rest to the field's value."""
-    for f in fields(Method):
-        flag, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
-        if f.name == "mode":
-            g.add_argument(flag, type=canonical(MODES), choices=tuple(MODES), default=f.default, help=help)
-        elif f.name == "lc":
-            g.add_argument(flag, type=canonical(LCS), choices=LCS,
-                           help=f"{help} (default {f.default}; ce for mkd, kdcl, {', '.join(SMALL_LOSS)})")
-        elif f.name in ("eta", "b"):
-            per_mode = ", ".join(f"{m} {eta_b[f.name == 'b']:g}" for m, eta_b in THRESHOLDS.items())
-            g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
-        else:  # a knob whose default is None (forget_rate) takes a number
-            g.add_argument(flag, type=float if f.default is None else type(f.default), default=f.default, help=help)
+def knobs(kind):
+    """The fields of mutual.Method or mutual.Comparators that are flags (Method.comparators is not)."""
+    return [f for f in fields(kind) if f.name != "comparators"]
+
+
+def method_flags(p):
+    """One flag per field of mutual.Method and of mutual.Comparators, each in a group of its own, with the field's
+    default and help text: they are their one source. --mode, --lc, --eta and --b default per --mode (resolve),
+    the rest to the field's value."""
+    for kind, title in ((Method, "method (mutual.py's Method; defaults: CMD-P + MyLC)"),
+                        (Comparators, "comparators (mutual.py's Comparators: the settings of the methods CMD is "
+                                      "compared with)")):
+        g = p.add_argument_group(title)
+        for f in knobs(kind):
+            flag, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
+            if f.name == "mode":
+                g.add_argument(flag, type=canonical(MODES), choices=tuple(MODES), default=f.default, help=help)
+            elif f.name == "lc":
+                g.add_argument(flag, type=canonical(LCS), choices=LCS,
+                               help=f"{help} (default {f.default}; ce for mkd, kdcl, {', '.join(SMALL_LOSS)})")
+            elif f.name in ("eta", "b"):
+                per_mode = ", ".join(f"{m} {eta_b[f.name == 'b']:g}" for m, eta_b in THRESHOLDS.items())
+                g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
+            else:  # a knob whose default is None (forget_rate) takes a number
+                g.add_argument(flag, type=float if f.default is None else type(f.default), default=f.default,
+                               help=help)
+
+
+def method_of(args):
+    """The mutual.Method of resolved flags, with the comparators' settings in its Comparators."""
+    comparators = Comparators(**{f.name: getattr(args, f.name) for f in knobs(Comparators)})
+    return Method(**{f.name: getattr(args, f.name) for f in knobs(Method)}, comparators=comparators)
 
 
 def get_args(argv):
@@ -159,7 +178,7 @@ def parser():
     g.add_argument("--synthetic-difficulty", type=float, default=synthetic["difficulty"],
                    help="synthetic: clutter std over class-signal std (2: a small CNN reaches ~80%% clean)")
 
-    method_flags(p.add_argument_group("method (mutual.py's Method; defaults: CMD-P + MyLC)"))
+    method_flags(p)
 
     g = p.add_argument_group("models and optimisation (defaults: the presets below, per dataset and arch)")
     g.add_argument("--peers", type=int, default=2,
@@ -176,7 +195,6 @@ def parser():
     g.add_argument("--lr", type=float, help="initial learning rate of SGD")
     g.add_argument("--milestones", type=ints, help="epochs after which the lr is multiplied by --lr-decay, e.g. 50,80")
     g.add_argument("--lr-decay", type=float, help="factor applied to the lr at each milestone, e.g. 0.1")
-    g.add_argument("--gamma", type=float, help=argparse.SUPPRESS)  # the old name of --lr-decay; refused in resolve
     g.add_argument("--momentum", type=float, help="SGD momentum")
     g.add_argument("--weight-decay", type=float, help="SGD weight decay (L2)")
 
@@ -219,7 +237,7 @@ LIMITS = {
     "synthetic_difficulty": (lambda v: 0 <= v < math.inf, "at least 0"),
     "synthetic_shift": (lambda v: v >= 0, "at least 0 pixels"),
 }
-LIMITS.update({f.name: f.metadata["check"] for f in fields(Method) if f.metadata["check"]})  # the method's own
+LIMITS.update({f.name: f.metadata["check"] for f in knobs(Method) + knobs(Comparators) if f.metadata["check"]})
 
 
 def check_values(args):
@@ -240,17 +258,23 @@ def check_values(args):
 
 
 def resolve(args):
-    """Fill every unset flag from the mode and the presets; refuse contradictions instead of overwriting them."""
+    """Fill every unset flag from the mode and the presets; refuse contradictions instead of overwriting them.
+    One concern at a time: the method, the label noise, the models, the optimiser, the run directory."""
     if not 2 <= args.peers <= len(NAMES):
         fail(f"--peers {args.peers}: must be between 2 (the paper's pair) and {len(NAMES)}")
-    if args.gamma is not None:
-        fail("--gamma is now --lr-decay (the lr factor at each milestone); Γ, the paper's number of epochs, "
-             "is --epochs")
-    del args.gamma  # only there to say so
+    tag = resolve_method(args)
+    resolve_noise(args)
+    archs = resolve_models(args)
+    resolve_optimiser(args, archs[0])
+    resolve_out(args, archs, tag)
+    return args
+
+
+def resolve_method(args):
+    """--mode, --eta, --b, --lc and the two controls: refuse what the mode contradicts, fill eta and b from
+    THRESHOLDS and lc. Returns the run name's tag for what was given beyond the mode (-eta, -b, a control)."""
     if args.eta is not None and math.isnan(args.eta):
         fail("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
-    if args.rate is not None and not 0 <= args.rate < 1:
-        fail(f"--rate must be in [0, 1), got {args.rate}")
     if args.eta is not None:
         try:  # Eq. 7 itself refuses an eta it cannot use (0)
             chi(0, 1, 2, args.eta, 0.0)
@@ -274,11 +298,19 @@ def resolve(args):
         fail(f"--peer-weight mean averages two cross-entropies with targets, and --lc {args.lc}'s own term is a loss "
              f"of its own; use --lc ce, ls, bootsoft, proselflc or mylc")
     eta, b = THRESHOLDS.get(args.mode, (None, None))
-    own_threshold = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
-    own_threshold += "".join(f"-{v}" for v in (args.select, args.peer_weight) if v not in ("confident", "sum"))
+    tag = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
+    tag += "".join(f"-{v}" for v in (args.select, args.peer_weight) if v not in ("confident", "sum"))
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
     args.lc = args.lc or "mylc"
+    return tag
+
+
+def resolve_noise(args):
+    """--noise, --rate, CIFAR-N's --noise-file and --noise-key, and the comparators' τ (--forget-rate), which
+    defaults to the rate of synthetic noise."""
+    if args.rate is not None and not 0 <= args.rate < 1:
+        fail(f"--rate must be in [0, 1), got {args.rate}")
     if args.noise == "human":  # CIFAR-N: the labels and so the rate come from the file
         if args.dataset not in cifar_n.HUMAN_FILES:
             fail(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
@@ -294,7 +326,7 @@ def resolve(args):
     if args.noise is None:
         args.noise = "none" if args.dataset in REAL_NOISE else "sym"
     elif args.noise != "none" and args.dataset in REAL_NOISE:
-        warnings.warn(f"{args.dataset} labels are already noisy; adding {args.noise} noise on top", stacklevel=2)
+        warnings.warn(f"{args.dataset} labels are already noisy; adding {args.noise} noise on top", stacklevel=3)
     if args.rate is None and args.noise != "human":
         args.rate = 0.0 if args.noise == "none" else 0.4
     if args.noise == "none" and args.rate > 0:
@@ -304,6 +336,10 @@ def resolve(args):
             fail(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the noise rate "
                  f"only for synthetic noise (--noise sym/pair)")
         args.forget_rate = args.rate
+
+
+def resolve_models(args):
+    """--arch, one per model (the dataset's default, or one given for all), and --pretrained. Returns the list."""
     args.arch = DEFAULT_ARCH[args.dataset] if args.arch is None else args.arch
     archs = args.arch.split(",")
     if len(archs) not in (1, args.peers):  # one for all the models, or one per model
@@ -318,12 +354,18 @@ def resolve(args):
     args.arch = ",".join(archs)
     if args.pretrained is None:
         args.pretrained = args.dataset == "food101" and all(a == "resnet50_imagenet" for a in archs)
-    row = preset(args.dataset, archs[0])
+    return archs
+
+
+def resolve_optimiser(args, arch):
+    """The epochs, batch size and SGD's flags from appendix C's preset (presets.py) for the dataset and arch;
+    then every flag's value is checked, and --epochs given alone scales the preset's milestones."""
+    row = preset(args.dataset, arch)
     epochs_only = args.epochs is not None and args.milestones is None
     for k, v in row.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    check_values(args)
+    check_values(args)  # every flag has its value now
     if epochs_only and args.epochs != row["epochs"]:
         args.milestones = scale_milestones(row["milestones"], row["epochs"], args.epochs)
         now = ", ".join(map(str, args.milestones)) if args.milestones else "none (the lr stays constant)"
@@ -333,14 +375,17 @@ def resolve(args):
     if late:
         warnings.warn(f"--milestones {', '.join(map(str, late))} at or after --epochs {args.epochs} never "
                       f"apply; " + (f"the lr changes only after epochs 1..{args.epochs - 1}" if args.epochs > 1 else
-                                    "a 1-epoch run keeps its lr"), stacklevel=2)
+                                    "a 1-epoch run keeps its lr"), stacklevel=3)
+
+
+def resolve_out(args, archs, tag):
+    """--out, or runs/<name>: the data, noise, mode (with tag, resolve_method's), lc, archs and seed."""
     if args.out is not None and not args.out.strip():
         fail("--out is empty; give the run directory, or leave --out out for runs/<name>")
     if args.out is None:
-        tag = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
-        tag += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
+        noise = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
+        noise += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
         arch_tag = archs[0] if len(set(archs)) == 1 else "+".join(archs)
         arch_tag += "" if args.peers == 2 else f"-x{args.peers}"  # a cohort
-        args.out = os.path.join("runs", f"{args.dataset}-{tag}-{args.mode}{own_threshold}-{args.lc}-{arch_tag}"
+        args.out = os.path.join("runs", f"{args.dataset}-{noise}-{args.mode}{tag}-{args.lc}-{arch_tag}"
                                         f"-s{args.seed}")  # --eta and --b, when given, name the run too
-    return args

@@ -7,8 +7,8 @@ clock    -- h:mm:ss
 
 On a terminal the line is rewritten in place (carriage return) about twice a second; when stdout
 is a file or a pipe (a log), plain lines are printed, about every 30 s. --log-every N prints every
-N steps instead. The training step never waits for the device (mutual.py), but reading the running
-loss does: so the loss is read only at the moments a line is printed, never every step.
+N steps instead. The training step does not wait for the device (mutual.py; under --amp fp16 its GradScaler
+does), but reading the running loss does: so the loss is read only when a line is printed, never every step.
 """
 import shutil
 import string

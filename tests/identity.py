@@ -1,7 +1,11 @@
 """Same seed, same numbers: run a fixed list of short CPU trainings in a checkout and digest their metrics.
 
-    python -m tools.identity --repo . --json after.json
-    python -m tools.identity --repo /tmp/before --json before.json --compare after.json
+    python tests/identity.py --repo . --json after.json
+    python tests/identity.py --repo /tmp/before --json before.json --compare after.json
+
+The check of a refactor: it compares two checkouts (git worktree add /tmp/before <commit>) and takes minutes on
+two cores, so pytest does not collect it (no test_ prefix); the digests hold for one machine, torch and thread
+count, so there is no stored digest to compare a single checkout with.
 
 Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every mode x lc, mkd,
 kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair, GCE, Co-teaching, Co-teaching+
