@@ -59,7 +59,7 @@ def soft_cross_entropy(q, logp):
     return -(q.detach() * logp).sum(-1)
 
 
-def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=None):
+def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, draws=None):
     """Eqs. 3-4 from quantities the training step has already computed.
 
     L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0;  L_A2B = H(q_A, p_B) where H(p_A) < chi, else 0.
@@ -70,25 +70,25 @@ def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, keys=None):
     into logp_b through L_A2B: q_* and h_* are treated as constants.
     Returns (loss_b2a, loss_a2b, m_b2a, m_a2b); m_* are the (N,) float 0/1 masks of
     the samples whose knowledge passed chi, for diagnostics.
-    keys: None, or (2, N) uniform draws for the shuffled-selection control (--select shuffled): each
-    direction then teaches on as many samples as passed chi, at the positions shuffled_like draws from
-    keys[0] (B to A) and keys[1] (A to B), with the same targets.
+    draws: None, or (2, N) uniform draws for the shuffled-selection control (--select shuffled): each
+    direction then teaches on as many samples as passed chi, at the positions shuffled_like takes from
+    draws[0] (B to A) and draws[1] (A to B), with the same targets.
     No host sync: the masks are multiplied in, never used to index.
     """
     m_b2a = (h_b.detach() < chi).to(logp_a.dtype)  # (N,): B is confident -> teaches A
     m_a2b = (h_a.detach() < chi).to(logp_b.dtype)  # (N,): A is confident -> teaches B
-    if keys is not None:  # the control: the same counts, at random positions
-        m_b2a, m_a2b = shuffled_like(m_b2a, keys[0]), shuffled_like(m_a2b, keys[1])
+    if draws is not None:  # the control: the same counts, at random positions
+        m_b2a, m_a2b = shuffled_like(m_b2a, draws[0]), shuffled_like(m_a2b, draws[1])
     loss_b2a = (m_b2a * soft_cross_entropy(q_b, logp_a)).mean()
     loss_a2b = (m_a2b * soft_cross_entropy(q_a, logp_b)).mean()
     return loss_b2a, loss_a2b, m_b2a, m_a2b
 
 
-def shuffled_like(mask, keys):
-    """A 0/1 mask with as many ones as mask, at the n positions of the n smallest keys: uniformly random
-    positions for uniform keys, whatever mask's own positions were. mask, keys: (N,). The count stays on
+def shuffled_like(mask, draws):
+    """A 0/1 mask with as many ones as mask, at the n positions of the n smallest draws: uniformly random
+    positions for uniform draws, whatever mask's own positions were. mask, draws: (N,). The count stays on
     the device (ranks < n), so nothing waits for it."""
-    ranks = keys.argsort().argsort()  # (N,): each position's rank among the keys
+    ranks = draws.argsort().argsort()  # (N,): each position's rank among the draws
     return (ranks < mask.sum()).to(mask.dtype)
 
 
