@@ -43,7 +43,7 @@ from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, s
 from noise import add_noise
 from training import datasets, rundir, runfiles
 from training.batches import Batches
-from training.build import Setup, batch_args, build_models, eval_batches, load_data
+from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
 from training.cifar_n import human_labels
 from training.config import fail, get_args, resolve
 from training.errors import one_line
@@ -183,9 +183,7 @@ def data_and_labels(args, run, setup):
             for path, why in e.bad:
                 print(f"train.py: unreadable image: {path} ({why})", file=sys.stderr)
         raise
-    if len(noisy) < 2 * setup.world:  # BatchNorm needs 2 samples a process, so no batch could be made
-        fail(f"{len(noisy)} training sample{'s' if len(noisy) != 1 else ''} after --subset and --val-split: each of "
-             f"the {setup.world} process{'es' if setup.world > 1 else ''} needs at least 2; keep more samples")
+    check_train_size(len(noisy), setup.world)
     setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise "
               f"{np.mean(noisy != train.labels):.3f}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     return d, train, tests, noisy

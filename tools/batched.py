@@ -135,6 +135,7 @@ class Runs:
             if key not in cache:  # the same training set and tests: loaded once
                 cache[key] = build.load_data(a)
             d, train_set, tests, _ = cache[key]
+            build.check_train_size(len(train_set.labels), 1)  # as train.py: DataError before anything is written
             noisy = add_noise(train_set.labels, a.noise, a.rate, d.num_classes, seed=a.seed)
             built = build.build_models(a, d.num_classes, train_set, setup)
             nets.append(built.nets)
@@ -347,7 +348,7 @@ def expand(argv, zipped):
     if zipped and len({len(v) for v in lists.values()}) > 1:
         raise BadInput("--zip pairs the lists by position, and they differ in length (" + ", ".join(
             f"--{k} {len(v)}" for k, v in lists.items()) + "); give each the same number of values")
-    combos = zip(*lists.values()) if zipped else itertools.product(*lists.values())
+    combos = zip(*lists.values()) if zipped and lists else itertools.product(*lists.values())  # no lists: one run
     return [(dict(zip(lists, c)), rest + [a for k, v in zip(lists, c) for a in (f"--{k}", v)]) for c in combos]
 
 

@@ -3,6 +3,7 @@
 setup_distributed -- rank, world size and local rank under torchrun
 Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
 load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
+check_train_size -- enough training samples for a batch on every process, checked before anything is written
 batch_args   -- Batches' settings for the training set
 eval_batches -- one Batches per test set
 build_models -- models A and B (or a cohort), their SGD optimisers and lr schedules, seeded by --seed
@@ -51,6 +52,15 @@ def load_data(args):
         tests["val"] = datasets.take(d.train, np.sort(perm[:n_val]))
         keep = np.sort(perm[n_val:])
     return d, datasets.take(d.train, keep), tests, keep
+
+
+def check_train_size(n, world):
+    """DataError unless each of the world's processes has 2 training samples: BatchNorm needs 2, so with fewer
+    no batch could be made."""
+    if n < 2 * world:
+        raise datasets.DataError(f"{n} training sample{'s' if n != 1 else ''} after --subset and --val-split: each "
+                                 f"of the {world} process{'es' if world > 1 else ''} needs at least 2; keep more "
+                                 f"samples")
 
 
 def batch_args(args, d, setup):
