@@ -20,7 +20,8 @@ import torch.distributed as dist
 import models
 from training import datasets, rundir
 from training.batches import Batches, Placement, Spec
-from training.config import fail, pick_device
+from training.config import pick_device
+from training.errors import UserError
 
 
 def setup_distributed():
@@ -90,7 +91,7 @@ def build_models(args, num_classes, train, setup):
                 for n in nets]
         scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
     except (RuntimeError, ValueError) as e:
-        fail(str(e).splitlines()[0])
+        raise UserError(str(e).splitlines()[0]) from None
     check_input_size(nets, args.arch.split(","), train, setup)
     return rundir.Models(nets, opts, scheds)
 
@@ -107,8 +108,8 @@ def check_input_size(nets, archs, train, setup):
         try:
             net(x)
         except RuntimeError as e:
-            fail(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]}); "
-                 f"choose an arch for this size, or --image-size")
+            raise UserError(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]});"
+                            f" choose an arch for this size, or --image-size") from None
         net.train()
 
 
