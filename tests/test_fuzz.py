@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import train
 from tools import batched
@@ -115,12 +116,21 @@ def draws(n, seed):
     return [(tool, BASE + draw(rng, lists=tool == "batched")) for _ in range(n) for tool in ("train.py", "batched")]
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny runs, one thread each: two threads spent over twice the CPU time (2 busy cores, torch 2.14)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield dict(os.environ, OMP_NUM_THREADS="1")
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # resolve's warnings about the flags drawn
-def test_random_command_lines_train_or_are_refused_in_one_line(tmp_path, capsys):
+def test_random_command_lines_train_or_are_refused_in_one_line(tmp_path, capsys, one_thread):
     # the issue's command as a user runs it, beside the draws: synthetic data of one class
     issue = subprocess.Popen([sys.executable, "-m", "tools.batched", *BASE, "--synthetic-classes", "1", "--out",
                               str(tmp_path / "issue")], cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, env=one_thread)
     seen = collections.Counter()
     for i, (tool, flags) in enumerate(draws(N, SEED)):
         out = str(tmp_path / str(i))
