@@ -1,6 +1,5 @@
 """tools/batched.py: R runs in one process equal train.py's runs (the contract in docs/performance.md), restart
 after an interruption without losing a finished run, are deterministic, and refuse bad input in one line."""
-import copy
 import json
 import os
 import shlex
