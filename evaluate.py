@@ -29,6 +29,7 @@ import train
 from mutual import NAMES
 from training import config, datasets, runfiles
 from training.batches import Placement
+from training.errors import one_line
 from training.report import evaluate
 
 
@@ -105,14 +106,12 @@ def load_model(path, arch, num_classes, device):
     return net.to(device, memory_format=fmt).eval(), fmt
 
 
+@one_line("evaluate.py")
 def main(argv=None):
     args, rest = get_args(argv)
     data, pairs, num_classes, amp = settings(args, rest)
     device = config.pick_device(args.device)
-    try:
-        d, _, tests, _ = train.load_data(data)
-    except datasets.DataError as e:
-        config.fail(str(e))
+    d, _, tests, _ = train.load_data(data)
     if num_classes is not None and num_classes != d.num_classes:
         config.fail(f"the models have {num_classes} classes, {data.dataset} at {data.data_dir} has {d.num_classes}; "
                     f"give the dataset they were trained on")
@@ -135,8 +134,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        print("evaluate.py: stopped by Ctrl-C", file=sys.stderr)
-        sys.exit(130)
+    main()

@@ -17,9 +17,11 @@ ranks with DistributedDataParallel (NCCL on CUDA, gloo on CPU).
 import signal
 import sys
 
+EARLY = "stopped by Ctrl-C before training started; run the command again to start"
+
 
 def stopped_early(*_):
-    print("train.py: stopped by Ctrl-C before training started; run the command again to start", file=sys.stderr)
+    print(f"train.py: {EARLY}", file=sys.stderr)
     sys.exit(130)
 
 
@@ -40,9 +42,10 @@ from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, s
 from noise import add_noise
 from training import datasets, images, rundir, runfiles
 from training.batches import Batches
-from training.build import Setup, batch_args, build_models, eval_batches, load_data
+from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
 from training.cifar_n import human_labels
 from training.config import fail, get_args, method_of, resolve
+from training.errors import one_line
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
@@ -63,6 +66,7 @@ def check_files(args, train, tests, log):
 
 # ---------------------------------------------------------------- main
 
+@one_line("train.py", stopped=EARLY)  # bad input: one line, exit 2; a Ctrl-C during training: stopped()
 def main(argv=None):
     """The paper's procedure: the settings, the data with its noisy labels, models A and B, the epochs of
     mutual_step (Eqs. 3-8), and the report. Returns summary.json's numbers (None on ranks other than 0)."""
@@ -102,7 +106,7 @@ def main(argv=None):
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
-    except (KeyboardInterrupt, datasets.DataError, rundir.RunError) as e:
+    except (KeyboardInterrupt, datasets.DataError) as e:
         stopped(e, run, argv, loop.progress, setup.rank)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -112,10 +116,7 @@ def main(argv=None):
 def open_run(args, setup):
     """The run directory: checked (a fresh --out, or a run to resume with the same settings) before anything
     is read or written; says what a resume changes."""
-    try:
-        run = rundir.Run(args.out, setup.config, args.resume, writes=setup.rank == 0)
-    except rundir.RunError as e:
-        fail(str(e))
+    run = rundir.Run(args.out, setup.config, args.resume, writes=setup.rank == 0)
     if dist.is_initialized():
         dist.barrier()  # every rank has checked --out before rank 0 writes into it
     if run.finished(args.epochs):
@@ -177,15 +178,11 @@ def data_and_labels(args, run, setup):
         elif noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
             noisy = add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
     except datasets.BadImages as e:
-        if len(e.bad) > 1:  # one line per file, then the error line
+        if len(e.bad) > 1:  # one line per file, then main's error line
             for path, why in e.bad:
                 print(f"train.py: unreadable image: {path} ({why})", file=sys.stderr)
-        fail(str(e))
-    except (datasets.DataError, rundir.RunError) as e:
-        fail(str(e))
-    if len(noisy) < 2 * setup.world:  # BatchNorm needs 2 samples a process, so no batch could be made
-        fail(f"{len(noisy)} training sample{'s' if len(noisy) != 1 else ''} after --subset and --val-split: each of "
-             f"the {setup.world} process{'es' if setup.world > 1 else ''} needs at least 2; keep more samples")
+        raise
+    check_train_size(len(noisy), setup.world)
     setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise "
               f"{np.mean(noisy != train.labels):.3f}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     return d, train, tests, noisy
@@ -260,12 +257,10 @@ def finish(args, row, run, models, meta, writer):
 
 
 def stopped(err, run, argv, progress, rank):
-    """Ctrl-C, an image that cannot be read, or an --out that cannot be made, in the middle of training: add
-    the time of the epoch cut short to the checkpoint's total, then one line that says where the run stopped,
-    what is kept and the command that resumes it. Exit 130 (128 + SIGINT, what a shell reports for Ctrl-C) or
-    2 (bad data)."""
-    if isinstance(err, rundir.RunError):  # --out could not be made: nothing was written
-        fail(str(err))
+    """Ctrl-C or an image that cannot be read, in the middle of training: add the time of the epoch cut short
+    to the checkpoint's total, then one line that says where the run stopped, what is kept and the command
+    that resumes it. Exit 130 (128 + SIGINT, what a shell reports for Ctrl-C) or 2 (bad data, through main's
+    one_line)."""
     progress.clear()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # let the bookkeeping finish
@@ -276,7 +271,7 @@ def stopped(err, run, argv, progress, rank):
             signal.signal(signal.SIGINT, previous)
     resume = f"resume with: {rundir.resume_command(argv)}"
     if isinstance(err, datasets.DataError):
-        fail(f"{err} ({where}); {kept}; {resume}")
+        raise datasets.DataError(f"{err} ({where}); {kept}; {resume}") from None
     if rank == 0:
         print(f"train.py: stopped by Ctrl-C {where}; {kept}; {resume}", file=sys.stderr, flush=True)
     sys.exit(130)
@@ -285,7 +280,4 @@ def stopped(err, run, argv, progress, rank):
 if __name__ == "__main__":
     warnings.formatwarning = lambda message, *_, **__: f"train.py: warning: {message}\n"
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        main()
-    except KeyboardInterrupt:  # before training started; stopped() reports one during training
-        stopped_early()
+    main()

@@ -112,7 +112,9 @@ def test_an_interrupted_grid_starts_again_keeps_finished_runs_and_is_determinist
         return step(*a, **k)
 
     monkeypatch.setattr(batched, "step", stop_in_epoch_2)
-    assert batched.main(T + grid + ["--out", out]) == 130
+    with pytest.raises(SystemExit) as e:
+        batched.main(T + grid + ["--out", out])
+    assert e.value.code == 130
     second = os.path.join(out, "progressive-mylc-sym40-lr0.05-s1")
     assert len(rows(second)) == 1 and not os.path.exists(os.path.join(second, "summary.json"))
     monkeypatch.undo()
@@ -150,7 +152,9 @@ def test_a_finished_train_py_run_is_skipped_and_an_unfinished_one_refused(tmp_pa
     assert os.path.exists(os.path.join(out, "zero-mylc-sym40-lr0.05-s1", "summary.json"))
     os.remove(os.path.join(done, "summary.json"))  # now a train.py run stopped before its end
     capsys.readouterr()
-    assert batched.main(T + ["--mode", "zero", "--seed", "0,1", "--lr", "0.05", "--out", out]) == 2
+    with pytest.raises(SystemExit) as e:
+        batched.main(T + ["--mode", "zero", "--seed", "0,1", "--lr", "0.05", "--out", out])
+    assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "in progress" in err[0] and "--resume" in err[0]
 
@@ -164,7 +168,9 @@ def test_a_finished_train_py_run_is_skipped_and_an_unfinished_one_refused(tmp_pa
 ])
 def test_bad_input_is_one_line_rc_2_and_writes_nothing(tmp_path, capsys, flags, says):
     out = str(tmp_path / "bad")
-    assert batched.main(T + flags + ["--out", out]) == 2
+    with pytest.raises(SystemExit) as e:
+        batched.main(T + flags + ["--out", out])
+    assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and err[0].startswith("batched.py: error:"), err
     assert not os.path.exists(out)

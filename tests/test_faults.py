@@ -25,7 +25,7 @@ import evaluate
 import models
 import train
 from tools import paper_tables, sweep
-from training import config, datasets, presets, rundir
+from training import config, datasets, errors, presets, rundir
 from training.progress import Display, Progress
 
 RUN = TINY + ["--epochs", "1"]
@@ -563,3 +563,35 @@ def test_every_train_and_sweep_command_shown_in_the_readme_and_docs_is_accepted(
         cut = argv.index("--") if "--" in argv else len(argv)
         assert sweep.main(argv[:cut] + ["--dry-run"] + argv[cut:]) == 0, line  # the grid and its extra flags
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------- every entry point: one handler
+
+def test_one_line_reports_our_errors_and_ctrl_c_and_lets_a_bug_keep_its_traceback(capsys):
+    def main_raising(err):
+        @errors.one_line("prog", stopped="stopped by Ctrl-C; run it again")
+        def main():
+            raise err
+        return main
+
+    for err, code, line in ((datasets.DataError("bad\ndata"), 2, "prog: error: bad data"),
+                            (rundir.RunError("--out x"), 2, "prog: error: --out x"),
+                            (KeyboardInterrupt(), 130, "prog: stopped by Ctrl-C; run it again")):
+        with pytest.raises(SystemExit) as e:
+            main_raising(err)()
+        assert e.value.code == code and capsys.readouterr().err == line + "\n"
+    with pytest.raises(ZeroDivisionError):  # not ours: a bug, with its traceback
+        main_raising(ZeroDivisionError("x"))()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "load_data", interrupted)
+    out = str(tmp_path / "run")
+    with pytest.raises(SystemExit) as e:
+        train.main(RUN + ["--out", out])
+    assert e.value.code == 130 and not os.path.exists(out)
+    assert capsys.readouterr().err == f"train.py: {train.EARLY}\n"

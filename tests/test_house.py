@@ -330,3 +330,23 @@ def test_every_file_outside_the_tests_reads_in_one_sitting_and_no_global_is_reas
         assert source.count("\n") <= 400, f"{os.path.relpath(path, HERE)}: {source.count(chr(10))} lines"
         assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(source))), os.path.relpath(path, HERE)
     assert open(os.path.join(HERE, "tools", "demo.py")).read().count("\n") < 250
+
+
+def test_every_entry_point_reports_bad_input_and_ctrl_c_through_the_one_handler():
+    """train.py, evaluate.py and every python -m tools.NAME: main is decorated with training/errors.py's
+    one_line, and no main but train.py's (whose Ctrl-C in training says where it stopped and how to resume)
+    catches KeyboardInterrupt itself. tools/identity.py, a check of two checkouts that imports nothing of ours,
+    aside."""
+    paths = glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "tools", "*.py"))
+    mains = 0
+    for path in paths:
+        tree = ast.parse(open(path).read())
+        main = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None)
+        if main is None or os.path.basename(path) == "identity.py":
+            continue
+        mains += 1
+        decorators = [d.func.id for d in main.decorator_list if isinstance(d, ast.Call) and isinstance(d.func, ast.Name)]
+        assert decorators == ["one_line"], os.path.relpath(path, HERE)
+        caught = {ast.unparse(h.type) for n in ast.walk(main) if isinstance(n, ast.Try) for h in n.handlers if h.type}
+        assert path.endswith("train.py") or not any("KeyboardInterrupt" in c for c in caught), (path, caught)
+    assert mains >= 10

@@ -34,6 +34,7 @@ from tools.attribution_grid import (GRIDS, PAIRS, ROWS, choose, flags, grid_of, 
                                     val_scores)
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics
+from training.errors import one_line
 
 
 def jobs_of(out, rate, stage, cells, data, extra):
@@ -202,6 +203,8 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+@one_line("attribution", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are "
+                                "skipped, the others resume from their checkpoints)")  # each at its checkpoint
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -273,9 +276,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # each run stops at its checkpoint; the same command continues them
-        print("attribution: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
-              "the others resume from their checkpoints)", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(main())

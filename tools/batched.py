@@ -45,6 +45,7 @@ from noise import add_noise
 from training import build, rundir, runfiles
 from training.batches import Batches
 from training.config import get_args, method_of, pick_device, resolve
+from training.errors import UserError, one_line
 from training.report import accuracies, epoch_row, epoch_line, final_accuracies
 from tools import sweep
 from tools.paper_tables import run_name, same_run
@@ -54,7 +55,7 @@ OWN = VARY + ("out", "forget_rate")  # a run's own settings (forget_rate follows
 FILES = ("config.json", "noisy_labels.npy", "metrics.jsonl", "entropy_hist.npz", "train.log")
 
 
-class BadInput(ValueError):
+class BadInput(UserError):
     """A grid that cannot be trained in one process; str(error) is one line that says what to do."""
 
 
@@ -66,9 +67,10 @@ def resolved(argv, quiet=False):
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
             args = resolve(get_args(argv))
-    except SystemExit:  # config.fail has written its line (argparse its usage and error): ours, by name
-        sys.stderr.write(said.getvalue().replace("train.py: error:", "batched.py: error:"))
-        raise BadInput("") from None
+    except SystemExit:  # config.fail has written its line after any notes: the line becomes ours
+        *notes, line = said.getvalue().splitlines() or [""]
+        sys.stderr.write("".join(n + "\n" for n in notes))
+        raise BadInput(line.removeprefix("train.py: error: ")) from None
     if not quiet:
         print(said.getvalue(), end="")
     return args
@@ -133,6 +135,7 @@ class Runs:
             if key not in cache:  # the same training set and tests: loaded once
                 cache[key] = build.load_data(a)
             d, train_set, tests, _ = cache[key]
+            build.check_train_size(len(train_set.labels), 1)  # as train.py: DataError before anything is written
             noisy = add_noise(train_set.labels, a.noise, a.rate, d.num_classes, seed=a.seed)
             built = build.build_models(a, d.num_classes, train_set, setup)
             nets.append(built.nets)
@@ -309,17 +312,12 @@ def run_jobs(todo, device="auto", log=print):
 def run_grid(todo, jobs, device, batched=None):
     """tools.demo's and tools.attribution's runner: these runs through this engine if batched (None: where the
     device is a GPU), else one train.py process per run, `jobs` at a time (tools.sweep.run_jobs). Returns
-    {name: error}; a job that cannot be batched: one line, exit 2."""
+    {name: error}; BadInput if a job cannot be batched."""
     if batched is None:
         batched = pick_device(device).type == "cuda"
     if not batched:
         return sweep.run_jobs(todo, jobs=jobs)
-    try:
-        return run_jobs(todo, device)
-    except BadInput as e:
-        if str(e):
-            print(f"batched.py: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    return run_jobs(todo, device)
 
 
 def batched_flag(p):
@@ -350,7 +348,7 @@ def expand(argv, zipped):
     if zipped and len({len(v) for v in lists.values()}) > 1:
         raise BadInput("--zip pairs the lists by position, and they differ in length (" + ", ".join(
             f"--{k} {len(v)}" for k, v in lists.items()) + "); give each the same number of values")
-    combos = zip(*lists.values()) if zipped else itertools.product(*lists.values())
+    combos = zip(*lists.values()) if zipped and lists else itertools.product(*lists.values())  # no lists: one run
     return [(dict(zip(lists, c)), rest + [a for k, v in zip(lists, c) for a in (f"--{k}", v)]) for c in combos]
 
 
@@ -360,6 +358,8 @@ def name_of(values, args):
     return run_name(flags) + (f"-lr{values['lr']}" if "lr" in values else "") + f"-s{args.seed}"
 
 
+@one_line("batched.py", stopped="stopped by Ctrl-C; run the same command again (finished runs are skipped, the "
+                               "others start again from epoch 1)")
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if "-h" in argv or "--help" in argv:
@@ -371,26 +371,16 @@ def main(argv=None):
         out_i = max(i for i, a in enumerate(argv) if a == "--out")
         out, argv = argv[out_i + 1], argv[:out_i] + argv[out_i + 2:]
     except (ValueError, IndexError):
-        print("batched.py: error: give --out DIR, the folder the runs go to", file=sys.stderr)
-        return 2
-    try:
-        todo = []
-        for values, run_argv in expand(argv, zipped):
-            args = resolved(run_argv + ["--out", out], quiet=True)
-            d = os.path.join(out, name_of(values, args))
-            todo.append(dict(name=os.path.basename(d), dir=d, key=run_argv, argv=run_argv + ["--out", d]))
-        if len({j["dir"] for j in todo}) != len(todo):
-            raise BadInput("two runs would share a folder; list each value once")
-        t0 = time.time()
-        failed = run_jobs(todo, resolved(todo[0]["argv"], quiet=True).device if todo else "auto")
-    except BadInput as e:
-        if str(e):
-            print(f"batched.py: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("batched.py: stopped by Ctrl-C; run the same command again (finished runs are skipped, the others "
-              "start again from epoch 1)", file=sys.stderr)
-        return 130
+        raise BadInput("give --out DIR, the folder the runs go to") from None
+    todo = []
+    for values, run_argv in expand(argv, zipped):
+        args = resolved(run_argv + ["--out", out], quiet=True)
+        d = os.path.join(out, name_of(values, args))
+        todo.append(dict(name=os.path.basename(d), dir=d, key=run_argv, argv=run_argv + ["--out", d]))
+    if len({j["dir"] for j in todo}) != len(todo):
+        raise BadInput("two runs would share a folder; list each value once")
+    t0 = time.time()
+    failed = run_jobs(todo, resolved(todo[0]["argv"], quiet=True).device if todo else "auto")
     print(f"{len(todo)} runs, {len(failed)} diverged, {time.time() - t0:.0f} s: {out}")
     return 1 if failed else 0
 

@@ -40,6 +40,7 @@ from losses import cmd_loss, log_probs
 from mutual import Clock, Method, Precision, mutual_step
 from training import config, datasets
 from training.batches import Batches, Placement, Spec
+from training.errors import one_line
 
 HALFWAY = Clock(epoch=5, batch=0, batches=1, epochs=10, seed=0)  # t/Γ = 0.5, where every step below is timed
 
@@ -288,6 +289,7 @@ def check_json_path(p, path):
         p.error(f"--json {path}: cannot write a file there; give a file path in an existing folder")
 
 
+@one_line("bench.py")
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["batched"]:

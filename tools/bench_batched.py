@@ -25,6 +25,7 @@ import torch
 from tools import attribution, batched, demo_grid, rawdata, sweep
 from tools.stats import fmt, interval, mean_std
 from training import config
+from training.errors import one_line
 
 FORWARD = 2 * (768 * 512 + 512 * 512 + 512 * 10)  # FLOPs of one MLP on one image (AdaptiveAvgPool2d aside)
 TRAIN, EVAL = 7200, 720 + 10000  # the demonstration's training images; validation and test images
@@ -77,6 +78,7 @@ def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
     return lines
 
 
+@one_line("bench batched")
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=8, help="R, the runs (default 8)")

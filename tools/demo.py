@@ -36,6 +36,7 @@ from tools import batched, demo_tables
 from tools.demo_grid import (DATA_DIR, KNOBS, REPORT_SEEDS, ROWS, Plan, choose, compare_jobs, data_flags, derived,
                              finished, regime_jobs, report_jobs, select_jobs)
 from training import config
+from training.errors import one_line
 
 
 def run(todo, args):
@@ -110,6 +111,8 @@ class Footer:
         return demo_tables.footer(self.command, time.time() - self.t0, trained)
 
 
+@one_line("demo", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
+                         "the others resume from their checkpoints)")  # each run stops at its checkpoint
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -140,12 +143,7 @@ def main(argv=None):
         return dry_run(args, plan, choice_path)
     os.makedirs(args.out, exist_ok=True)
     end = Footer(shlex.join(["python", "-m", "tools.demo", *argv]))
-    try:
-        failed, text, name = STAGES[args.stage](args, plan, choice_path, end)
-    except KeyboardInterrupt:  # each run stops at its checkpoint; the same command continues them
-        print("demo: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, the "
-              "others resume from their checkpoints)", file=sys.stderr)
-        return 130
+    failed, text, name = STAGES[args.stage](args, plan, choice_path, end)
     text, path = "\n".join(text()), os.path.join(args.out, name)
     with open(path, "w") as f:
         f.write(text)

@@ -15,6 +15,8 @@ label, flags, the summary.json number a cell shows) and the paper's numbers.
 import json
 import os
 
+from training.errors import UserError
+
 # ---------------------------------------------------------------- the paper's numbers
 # Mean final test accuracy (%) of the two models, one list per row in the column order of PRESETS.
 # The paper disagrees with itself in places: Table 1's zero-knowledge CP and ProSelfLC (50.06, 62.75)
@@ -220,10 +222,10 @@ def run_name(flags):
 
 def jobs(preset, scale, seeds, sweep_dir, extra=()):
     """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, and key (the
-    flags that make the run what it is, kept in its folder as sweep.json). ValueError for a preset
+    flags that make the run what it is, kept in its folder as sweep.json). UserError for a preset
     of PAPER_SCALE_ONLY below paper scale."""
     if scale != "paper" and preset in PAPER_SCALE_ONLY:
-        raise ValueError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
+        raise UserError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
     out, seen = [], set()
     for seed in range(seeds):  # seed 0 of every cell first: a sweep cut short still fills the table
         for t in PRESETS[preset]:

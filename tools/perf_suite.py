@@ -39,6 +39,7 @@ import torch
 from tools import bench
 from tools.cuda_checks import SYNC_CASES, sync_free_samples, tail, torchrun_smoke
 from training import config
+from training.errors import one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -349,6 +350,7 @@ def table(res):
     return "\n".join(f"{k:{w0}}  {v:{w1}}  {what}" for k, v, what in rows)
 
 
+@one_line("perf_suite.py")
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -38,6 +38,7 @@ import numpy as np
 
 from tools.plot_sweep import plot_sweep
 from tools.plot_style import FIGSIZE, LC_NAMES, MODE_NAMES, NOISE_NAMES, number, pyplot, save
+from training.errors import one_line
 
 HIST = "entropy_hist.npz"
 HIST_KEYS = ("epoch", "counts", "edges", "known_clean", "chi_start", "chi_end")
@@ -308,6 +309,7 @@ def epoch_list(text):
     return epochs
 
 
+@one_line("plot.py")
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="train.py run folders, or sweep.py sweep folders")

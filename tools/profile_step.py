@@ -14,8 +14,10 @@ import torch
 
 from mutual import Method, Precision, mutual_step
 from tools import bench
+from training.errors import one_line
 
 
+@one_line("profile_step.py")
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="resnet34")

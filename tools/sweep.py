@@ -39,6 +39,7 @@ import warnings
 
 from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
 from tools.stats import mean_std
+from training.errors import UserError, one_line
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
@@ -283,13 +284,13 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
 def check_flags(todo, extra):
     """Flags after -- may add to the runs (--data-dir, --workers) but not change what the grid sets for each
     (its rows, columns, scale, --seed, --out): the table would then label runs with settings they did not
-    have. ValueError naming them. Then every run's train.py flags go through train.py's own checks
+    have. UserError naming them. Then every run's train.py flags go through train.py's own checks
     (config.resolve): one that train.py would refuse ends the sweep with train.py's one-line error, exit 2."""
     from training import config  # imports torch: only here, so the tables' tests need none
     set_by_grid = set().union(*(config.given(job["key"]) for job in todo)) | {"out"}
     clash = sorted(config.given(extra) & set_by_grid)
     if clash:
-        raise ValueError(f"{' '.join('--' + d.replace('_', '-') for d in clash)} after -- would override what the "
+        raise UserError(f"{' '.join('--' + d.replace('_', '-') for d in clash)} after -- would override what the "
                          f"grid sets for its runs; leave {'them' if len(clash) > 1 else 'it'} out (the presets "
                          f"and scales are in paper_tables.py)")
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -307,6 +308,8 @@ def hardware(argv, gpus, jobs):
     return f"CPU ({cores} cores, {jobs} run{'s' if jobs > 1 else ''} at a time)", torch.__version__
 
 
+@one_line("sweep.py", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
+                             "the others resume from their checkpoints)")  # each run stops at its checkpoint
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -329,14 +332,9 @@ def main(argv=None):
     t0 = time.time()
     sweep_dir = os.path.join(args.out, f"{args.preset}-{args.scale}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
-        print(f"sweep.py: error: --out {args.out} is a file; give a directory for the sweeps", file=sys.stderr)
-        return 2
-    try:  # one line, before anything is written
-        todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
-        check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
-    except ValueError as e:
-        print(f"sweep.py: error: {e}", file=sys.stderr)
-        return 2
+        raise UserError(f"--out {args.out} is a file; give a directory for the sweeps")
+    todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)  # bad input: one line, before any write
+    check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
     if args.dry_run:
         try:
             for job in todo:
@@ -345,12 +343,7 @@ def main(argv=None):
         except BrokenPipeError:  # | head: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    try:
-        failed = run_jobs(todo, args.gpus, args.jobs)
-    except KeyboardInterrupt:
-        print("sweep.py: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
-              "the others resume from their checkpoints)", file=sys.stderr)
-        return 130
+    failed = run_jobs(todo, args.gpus, args.jobs)
     hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:
@@ -370,8 +363,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # before any run started (while torch loads, say): nothing to resume
-        print("sweep.py: stopped by Ctrl-C before any run started", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(main())

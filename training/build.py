@@ -3,6 +3,7 @@
 setup_distributed -- rank, world size and local rank under torchrun
 Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
 load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
+check_train_size -- enough training samples for a batch on every process, checked before anything is written
 batch_args   -- Batches' settings for the training set
 eval_batches -- one Batches per test set
 build_models -- models A and B (or a cohort), their SGD optimisers and lr schedules, seeded by --seed
@@ -19,7 +20,8 @@ import torch.distributed as dist
 import models
 from training import datasets, images, rundir
 from training.batches import Batches, Placement, Spec
-from training.config import fail, pick_device
+from training.config import pick_device
+from training.errors import UserError
 
 
 def setup_distributed():
@@ -55,6 +57,15 @@ def load_data(args):
     return d, images.take(d.train, keep), tests, keep
 
 
+def check_train_size(n, world):
+    """DataError unless each of the world's processes has 2 training samples: BatchNorm needs 2, so with fewer
+    no batch could be made."""
+    if n < 2 * world:
+        raise datasets.DataError(f"{n} training sample{'s' if n != 1 else ''} after --subset and --val-split: each "
+                                 f"of the {world} process{'es' if world > 1 else ''} needs at least 2; keep more "
+                                 f"samples")
+
+
 def batch_args(args, d, setup):
     """Batches' settings for the training set: its spec (batch size, normalisation, augmentation, no flip for
     digits) and its placement (device, rank, world, workers, memory format)."""
@@ -82,7 +93,7 @@ def build_models(args, num_classes, train, setup):
                 for n in nets]
         scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
     except (RuntimeError, ValueError) as e:
-        fail(str(e).splitlines()[0])
+        raise UserError(str(e).splitlines()[0]) from None
     check_input_size(nets, args.arch.split(","), train, setup)
     return rundir.Models(nets, opts, scheds)
 
@@ -99,8 +110,8 @@ def check_input_size(nets, archs, train, setup):
         try:
             net(x)
         except RuntimeError as e:
-            fail(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]}); "
-                 f"choose an arch for this size, or --image-size")
+            raise UserError(f"--arch {arch} cannot take {size[1]}x{size[2]} images ({str(e).splitlines()[0][:120]});"
+                            f" choose an arch for this size, or --image-size") from None
         net.train()
 
 

@@ -23,6 +23,7 @@ import models
 from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Comparators, Method
 from schedule import chi
 from training import cifar_n, datasets
+from training.errors import UserError
 from training.presets import DEFAULT_ARCH, REAL_NOISE, preset, presets_help, scale_milestones
 from training.synthetic import Synthetic
 
@@ -62,9 +63,9 @@ def add_device_flag(p):
 
 
 def pick_device(choice, local_rank=0):
-    """The torch.device of --device (under torchrun, this process's GPU); --device cuda without one: fail."""
+    """The torch.device of --device (under torchrun, this process's GPU); --device cuda without one: UserError."""
     if choice == "cuda" and not torch.cuda.is_available():
-        fail(NO_CUDA)
+        raise UserError(NO_CUDA)
     if choice == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     torch.cuda.set_device(local_rank)

@@ -17,10 +17,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from training.errors import UserError
+
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Bad or missing data. str(error) is one line: what, where, what to do."""
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from mutual import NAMES
+from training.errors import UserError
 from training.report import final_accuracies
 from training.runfiles import (append_entropy_hist, append_metrics, last_metrics, lines_of, read_json, trim_metrics,
                                write_json)
@@ -54,7 +55,7 @@ RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
-class RunError(ValueError):
+class RunError(UserError):
     """A run directory that cannot be used. str(error) is one line."""
 
 

@@ -1,0 +1,31 @@
+"""How every entry point ends on bad input or Ctrl-C: train.py, evaluate.py and each python -m tools.NAME.
+
+UserError -- bad input (a flag, the data, a run directory); str(error) is one line that says what to do.
+             images.DataError and rundir.RunError are UserErrors, and so is each tool's own refusal.
+one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stderr and exit code 2, with no
+             traceback; Ctrl-C a line and exit code 130 (128 + SIGINT, what a shell reports for it). Any other
+             exception is a bug, and keeps its traceback.
+
+Every input is checked before the first file is written, so a refused run leaves nothing behind.
+No torch here: the tools that need none (plot, sweep) import this without it.
+"""
+import contextlib
+import sys
+
+
+class UserError(ValueError):
+    """Bad input. str(error) is one line: what was wrong and what to do."""
+
+
+@contextlib.contextmanager
+def one_line(prog, stopped="stopped by Ctrl-C"):
+    """Report the project's own errors in one line (exit 2) and Ctrl-C in one line (exit 130, `stopped` says
+    what is kept and how to go on). A context manager, and a decorator of a main: @one_line("train.py")."""
+    try:
+        yield
+    except UserError as e:
+        print(f"{prog}: error: {' '.join(str(e).splitlines())}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{prog}: {stopped}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
