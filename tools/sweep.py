@@ -37,7 +37,8 @@ import sys
 import time
 import warnings
 
-from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
+from tools import slurm
+from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, jobs, run_name, same_run
 from tools.stats import mean_std
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -98,9 +99,7 @@ def run_jobs(todo, gpus=0, jobs=1):
 
 
 def start(i, job, env):
-    os.makedirs(job["dir"], exist_ok=True)  # train.py only refuses dirs holding config/metrics/checkpoint
-    with open(os.path.join(job["dir"], "sweep.json"), "w") as f:
-        json.dump(job["key"], f)
+    claim(job)
     log = open(os.path.join(job["dir"], "train.log"), "a")
     err = open(os.path.join(job["dir"], "train.err"), "a")
     started = os.path.exists(os.path.join(job["dir"], "config.json"))  # train.py refuses --resume of nothing
@@ -118,9 +117,10 @@ def finished_runs(t, row, col, scale, seeds, sweep_dir):
             and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)])]
 
 
-def load_cells(t, scale, seeds, sweep_dir, failed=()):
+def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
     """{(row, col): (mean, std, n)} over the seeds whose summary.json exists (and was run with these
-    flags); a cell with none is "failed" when one of its runs is in `failed` (run names), else absent."""
+    flags); a cell with none is "running" or "queued" when one of its runs' Slurm job is (`waiting`: {run name:
+    state}), else "failed" when one of its runs is in `failed` (run names), else absent."""
     cells = {}
     for row in t["rows"]:
         for col in t["cols"]:
@@ -128,8 +128,12 @@ def load_cells(t, scale, seeds, sweep_dir, failed=()):
             for d in finished_runs(t, row[0], col[0], scale, seeds, sweep_dir):
                 with open(os.path.join(d, "summary.json")) as f:
                     values.append(json.load(f)[col[3]])
+            names = [f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" for seed in range(seeds)]
+            states = [(waiting or {})[n] for n in names if n in (waiting or {})]
             if values:
                 cells[row[0], col[0]] = mean_std(values)
+            elif states:
+                cells[row[0], col[0]] = "running" if "running" in states else "queued"
             elif any(f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" in failed for seed in range(seeds)):
                 cells[row[0], col[0]] = "failed"
     return cells
@@ -194,7 +198,7 @@ def render_diagnostics(t, scale, seeds, sweep_dir):
 
 
 def fmt(stat, seeds):
-    if stat == "failed":
+    if isinstance(stat, str):  # failed, running, queued
         return stat
     m, s, n = stat
     text = f"{m:.2f}" if s is None else f"{m:.2f} ± {s:.2f}"
@@ -218,7 +222,7 @@ def render_table(t, cells, seeds):
         lines.append(f"| {label} | " + " | ".join(out) + " |")
     keys = sorted({c[3] for c in t["cols"]})
     what = f"mean ± sample std (ddof=1) over {seeds} seeds" if seeds > 1 else "one seed"
-    short = [v[2] for v in cells.values() if v != "failed" and v[2] < seeds]  # the cells fmt marks (n=k)
+    short = [v[2] for v in cells.values() if not isinstance(v, str) and v[2] < seeds]  # the cells fmt marks (n=k)
     note = ""
     if short:  # "(n=1) and (n=2) mark the 3 cells where only 1 or 2 of the 3 seeds finished."
         ks = sorted(set(short))
@@ -235,7 +239,7 @@ def knowledge_verdicts(t, cells):
              "Margin = CMD mean - max(Zero mean, All mean); spread = the largest std of the three cells.", ""]
     for col, label, _, _ in t["cols"]:
         got = {k: cells.get((k, col)) for k, _ in KNOWLEDGE}
-        got = {k: None if v == "failed" else v for k, v in got.items()}
+        got = {k: None if isinstance(v, str) else v for k, v in got.items()}
         if not any(got.values()):
             continue
         if not got["zero"] or not got["all"]:
@@ -261,7 +265,7 @@ def knowledge_verdicts(t, cells):
     return lines + ([] if len(lines) > 4 else ["No column has run yet."]) + [""]
 
 
-def render(preset, scale, seeds, sweep_dir, header, failed=None):
+def render(preset, scale, seeds, sweep_dir, header, failed=None, waiting=None):
     """The whole markdown file: header, one table per subtable, Table 1's verdicts, failed runs."""
     lines = [f"# {preset} at {scale} scale", "", header, "",
              f"train.py flags of every run at this scale: `{shlex.join(SCALES[scale])}`" +
@@ -269,7 +273,7 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
                                           "columns are then one pair's A, B and mean), so the measured numbers "
                                           "are not comparable to the paper's, only their order is"), ""]
     for t in PRESETS[preset]:
-        cells = load_cells(t, scale, seeds, sweep_dir, failed or ())
+        cells = load_cells(t, scale, seeds, sweep_dir, failed or (), waiting)
         lines += render_table(t, cells, seeds)
         if t["key"] == "table1":
             lines += knowledge_verdicts(t, cells)
@@ -307,7 +311,9 @@ def hardware(argv, gpus, jobs):
     return f"CPU ({cores} cores, {jobs} run{'s' if jobs > 1 else ''} at a time)", torch.__version__
 
 
-def main(argv=None):
+def main(argv=None, cluster="slurm"):
+    """cluster: submitit's executor for --launcher slurm; the tests pass "local", submitit's LocalExecutor,
+    which runs each job as real processes on this machine."""
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -323,6 +329,10 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="without --gpus: run N at a time on the CPU, each with "
                                                         "an equal share of the cores")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                   help="local: run here (--gpus, --jobs); slurm: submit each run as a Slurm job through submitit "
+                        "(--slurm-*; tools/slurm.py) (default: local)")
+    slurm.add_flags(p)
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.seeds < 1 or args.gpus < 0 or args.jobs < 1:
         p.error("--seeds and --jobs must be >= 1 and --gpus >= 0")
@@ -333,6 +343,7 @@ def main(argv=None):
         return 2
     try:  # one line, before anything is written
         todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)
+        slurm.check(args, todo, cluster)  # before check_flags imports torch
         check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
     except ValueError as e:
         print(f"sweep.py: error: {e}", file=sys.stderr)
@@ -346,12 +357,24 @@ def main(argv=None):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     try:
-        failed = run_jobs(todo, args.gpus, args.jobs)
+        if args.launcher == "slurm":
+            failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
+        else:
+            waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
+            for name, state in waiting.items():
+                print(f"{name}: {state} as a Slurm job (its folder's {slurm.RECORD}); left to it", flush=True)
+            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
     except KeyboardInterrupt:
-        print("sweep.py: stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
-              "the others resume from their checkpoints)", file=sys.stderr)
+        print("sweep.py: stopped waiting by Ctrl-C; the jobs go on: run the same command again for the table"
+              if args.launcher == "slurm" else "sweep.py: stopped by Ctrl-C; run the same command again to "
+              "continue (finished runs are skipped, the others resume from their checkpoints)", file=sys.stderr)
         return 130
-    hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
+    if args.launcher == "slurm":
+        import torch
+        hw, version = f"Slurm jobs through submitit ({cluster}), {slurm.gpus_per_job(args, todo)} GPU each", \
+            torch.__version__
+    else:
+        hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:
         path = os.path.join(job["dir"], "summary.json")
@@ -364,8 +387,10 @@ def main(argv=None):
     path = sweep_dir + ".md"
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
-        f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed))
-    print(f"{len(todo)} runs, {len(failed)} failed; table: {path}")
+        f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed, waiting))
+    print(f"{len(todo)} runs, {len(failed)} failed" + (f", {len(waiting)} queued or running (the same command "
+                                                       f"again, or with --wait, writes them in)" if waiting else "") +
+          f"; table: {path}")
     return 1 if failed else 0
 
 
