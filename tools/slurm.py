@@ -6,8 +6,8 @@ requeued after a preemption or at its time limit, resumed from the run's checkpo
 
 Each job runs the train.py command line that the local launcher runs, in the same run folder, with the same
 train.log and train.err. submitit's own logs go to DIR/<preset>-<scale>/slurm/<job id>/, and the run folder
-keeps the job's id in slurm.json, so that a later tools.sweep (either launcher) sees the run queued, running
-or failed, and does not start it a second time.
+keeps the job's id in slurm.json, so that a later tools.sweep (either launcher) sees the run queued or
+running and does not start it a second time, or sees why its job failed.
 
 add_flags, check -- the --slurm-* flags, and the refusals made before anything is submitted
 Train   -- one run as a submitit job: train.py in its run folder; at a preemption or near its time limit it
@@ -255,7 +255,7 @@ def gpus_per_job(args, todo):
 def submit(todo, args, sweep_dir, cluster="slurm"):
     """Submit every run that has no summary.json and no job queued or running, as one job array; print the job
     ids. With --wait, poll until every job of the grid has ended. Returns ({name: why it failed}, {name:
-    "queued" or "running"}) for the table."""
+    "queued" or "running"}: the runs whose job has not ended) for the table."""
     import cloudpickle
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job needs no import of tools/ to unpickle Train
     failed, pending, new = {}, {}, []
@@ -269,8 +269,7 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
             else:
                 print(f"{head}: skipped (summary.json exists)", flush=True)
         elif job["name"] in now and now[job["name"]][0] != "ended":
-            state, record = now[job["name"]]
-            pending[job["name"]] = record
+            state, record = pending[job["name"]] = now[job["name"]]
             print(f"{head}: {state} as job {record['job_id']}; not submitted again", flush=True)
         else:
             if job["name"] in now:
@@ -287,11 +286,11 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
         for (i, job), h in zip(new, handles):
             record = dict(job_id=h.job_id, cluster=cluster, folder=folder)
             write_record(job["dir"], record)
-            pending[job["name"]] = record
+            pending[job["name"]] = ("queued", record)
             print(f"[{i + 1}/{len(todo)}] {job['name']}: submitted as job {h.job_id} "
                   f"(logs: {job['dir']}/train.err, {h.paths.folder}/)", flush=True)
     if not args.wait:
-        return failed, {name: now[name][0] if name in now else "queued" for name in pending}
+        return failed, {name: state for name, (state, _) in pending.items()}
     index = {job["name"]: i for i, job in enumerate(todo)}
     while pending:
         time.sleep(POLL_S[cluster])
@@ -306,5 +305,5 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
         for name in [n for n in pending if os.path.exists(os.path.join(todo[index[n]]["dir"], "summary.json"))]:
             with open(os.path.join(todo[index[name]]["dir"], "summary.json")) as f:
                 print(f"[{index[name] + 1}/{len(todo)}] {name}: {MEAN} {json.load(f)[MEAN]:.2f} "
-                      f"(job {pending.pop(name)['job_id']})", flush=True)
+                      f"(job {pending.pop(name)[1]['job_id']})", flush=True)
     return failed, {}

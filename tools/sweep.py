@@ -4,6 +4,7 @@
     python -m tools.sweep table2 --scale paper --gpus 4      # CIFAR-100 + ResNet34, four runs at a time
     python -m tools.sweep fig3 --scale smoke --dry-run       # only print the train.py commands
     python -m tools.sweep table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
+    python -m tools.sweep table2 --scale paper --launcher slurm --slurm-partition gpu --slurm-time 240
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
 MKD baselines, two architectures), table3 (CMD-P against CE, GCE, Co-teaching, Co-teaching+ and JoCoR,
@@ -14,7 +15,9 @@ Each run is a subprocess `train.py ...` writing DIR/<preset>-<scale>/<run>-s<see
 when that folder already holds a started run; a run whose summary.json exists is skipped, so an
 interrupted sweep continues where it stopped (inside a run too, from its checkpoint). The tables go
 to DIR/<preset>-<scale>.md: the scale is in the name so that smoke, demo and paper tables never
-overwrite each other. A cell reads "failed" when its runs failed, "not run" when none was tried.
+overwrite each other. A cell reads "failed" when its runs failed, "not run" when none was tried,
+"queued" or "running" while a Slurm job holds one of its runs (--launcher slurm submits each run as a job
+through submitit: tools/slurm.py; either launcher leaves such runs to their jobs).
 
 run_jobs     -- run a preset's train.py command lines (paper_tables.jobs) one after another, or N at a time
                 on N GPUs or on the CPU's cores
