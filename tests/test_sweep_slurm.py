@@ -149,6 +149,8 @@ def test_a_failed_job_shows_as_failed_with_its_logs_last_line(tmp_path, capsys):
 REFUSALS = {
     "local launcher, Slurm flag": (["--slurm-partition", "gpu"], "--slurm-partition is an option of --launcher slurm"),
     "--wait, local launcher": (["--wait"], "--wait is an option of --launcher slurm"),
+    "--slurm-gpus 0, local launcher": (["--slurm-gpus", "0"], "--slurm-gpus is an option of --launcher slurm"),
+    "no CPUs": (SUBMIT + ["--slurm-cpus", "0"], "--slurm-time and --slurm-cpus must be >= 1"),
     "no time limit": (["--launcher", "slurm"], "needs --slurm-time MINUTES"),
     "--gpus with slurm": (SUBMIT + ["--gpus", "2"], "--gpus and --jobs are the local launcher's"),
     "--slurm-arg without =": (SUBMIT + ["--slurm-arg", "constraint"], "--slurm-arg constraint: give KEY=VALUE"),

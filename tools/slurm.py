@@ -64,7 +64,8 @@ def check(args, todo, cluster):
     """ValueError, before anything is written or submitted: a Slurm flag without --launcher slurm; the local
     launcher's flags with it; no submitit or no Slurm; no time limit, or one that cannot hold the slowest epoch
     measured so far in the grid's runs (an earlier attempt, on any machine) with the time to stop and requeue."""
-    given = [f"--{f.replace('_', '-')}" for f in FLAGS if getattr(args, f) not in (None, [], False)]
+    given = [f"--{f.replace('_', '-')}" for f in FLAGS if getattr(args, f) is not None and getattr(args, f)
+             is not False and getattr(args, f) != []]
     if args.launcher != "slurm":
         if given:
             raise ValueError(f"{given[0]} is an option of --launcher slurm; add --launcher slurm or leave it out")
@@ -79,7 +80,7 @@ def check(args, todo, cluster):
         raise ValueError("--launcher slurm finds no Slurm here (no srun on PATH); run it on the cluster's login node")
     if args.slurm_time is None:
         raise ValueError("--launcher slurm needs --slurm-time MINUTES, each job's time limit")
-    if args.slurm_time < 1 or (args.slurm_gpus or 0) < 0 or (args.slurm_cpus or 1) < 1:
+    if args.slurm_time < 1 or (args.slurm_cpus is not None and args.slurm_cpus < 1) or (args.slurm_gpus or 0) < 0:
         raise ValueError("--slurm-time and --slurm-cpus must be >= 1 and --slurm-gpus >= 0")
     bad = [kv for kv in args.slurm_arg if "=" not in kv or kv.startswith("=")]
     if bad:
