@@ -73,7 +73,7 @@ def check(args, todo, cluster):
     if args.gpus or args.jobs != 1:
         raise ValueError("--gpus and --jobs are the local launcher's; a Slurm job asks for --slurm-gpus")
     try:
-        import submitit  # noqa: F401
+        import submitit  # noqa: F401  (optional: imported only where jobs are submitted or asked about)
     except ImportError:
         raise ValueError("--launcher slurm needs submitit: pip install 'submitit>=1.5,<2'") from None
     if cluster == "slurm" and shutil.which("srun") is None:
@@ -116,7 +116,7 @@ class Train:
         self.argv, self.out, self.proc = argv, out, None
 
     def __call__(self):
-        from submitit import JobEnvironment
+        from submitit import JobEnvironment  # in the job: submitit runs it
         preempt = getattr(signal, "SIG" + JobEnvironment.USR_SIG)
         started = os.path.exists(os.path.join(self.out, "config.json"))  # train.py refuses --resume of nothing
         argv = [sys.executable, TRAIN, *self.argv] + (["--resume"] if started else [])
@@ -147,7 +147,7 @@ class Train:
             pass
 
     def checkpoint(self):
-        from submitit.helpers import DelayedSubmission
+        from submitit.helpers import DelayedSubmission  # in the job: submitit calls this
         self.stop()
         return DelayedSubmission(Train(self.argv, self.out))
 
@@ -192,7 +192,7 @@ def states(todo):
     if not records:
         return {}
     try:
-        import submitit
+        import submitit  # optional, and needed only once a run has a job
     except ImportError:  # a job was submitted from another environment: it may still run, so leave the run alone
         return {name: ("queued", r) for name, r in records.items()}
     out = {}
@@ -225,19 +225,27 @@ def alive(pid):
 def why_failed(record):
     """A failed job's reason: train.py's last line if it exited with an error, else the last line of submitit's
     log (e.g. 'Job not requeued because: timed-out too many times', or Slurm's own kill), else sacct's state."""
-    import submitit
+    import submitit  # optional: only where a job has been submitted
     log = submitit.core.utils.JobPaths(record["folder"], record["job_id"]).stderr
     return record.get("error") or last_line(log) or f"job {record['job_id']} ended {record.get('sacct', '')}".strip()
 
 
 def waiting(todo):
-    """{name: "queued" or "running"} of the runs whose job has not ended: every launcher leaves them alone."""
-    return {name: s for name, (s, _) in states(todo).items() if s != "ended"}
+    """{name: "queued" or "running"} of the runs whose job has not ended, which the local launcher leaves alone."""
+    out = {name: s for name, (s, _) in states(todo).items() if s != "ended"}
+    for name, state in out.items():
+        print(f"{name}: {state} as a Slurm job (its folder's {RECORD}); left to it", flush=True)
+    return out
+
+
+def hardware(args, todo, cluster):
+    import torch  # only here, as sweep.hardware: the tables' tests need no torch
+    return f"Slurm jobs through submitit ({cluster}), {gpus_per_job(args, todo)} GPU each", torch.__version__
 
 
 # ---------------------------------------------------------------- submitting
 def executor(args, folder, cluster, name, gpus):
-    import submitit
+    import submitit  # optional: check() made sure it is there
     ex = submitit.AutoExecutor(folder, cluster=cluster, slurm_max_num_timeout=MAX_TIMEOUTS)
     ex.update_parameters(name=name, timeout_min=args.slurm_time, nodes=1, tasks_per_node=1, gpus_per_node=gpus,
                          cpus_per_task=args.slurm_cpus, slurm_partition=args.slurm_partition,
@@ -257,7 +265,7 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
     """Submit every run that has no summary.json and no job queued or running, as one job array; print the job
     ids. With --wait, poll until every job of the grid has ended. Returns ({name: why it failed}, {name:
     "queued" or "running"}: the runs whose job has not ended) for the table."""
-    import cloudpickle
+    import cloudpickle  # submitit's pickler, so there whenever submitit is
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job needs no import of tools/ to unpickle Train
     failed, pending, new = {}, {}, []
     now = states(todo)

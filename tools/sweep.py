@@ -132,12 +132,12 @@ def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
                 with open(os.path.join(d, "summary.json")) as f:
                     values.append(json.load(f)[col[3]])
             names = [f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" for seed in range(seeds)]
-            states = [(waiting or {})[n] for n in names if n in (waiting or {})]
+            states = [waiting[n] for n in names if n in (waiting or ())]
             if values:
                 cells[row[0], col[0]] = mean_std(values)
             elif states:
                 cells[row[0], col[0]] = "running" if "running" in states else "queued"
-            elif any(f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" in failed for seed in range(seeds)):
+            elif any(n in failed for n in names):
                 cells[row[0], col[0]] = "failed"
     return cells
 
@@ -364,20 +364,14 @@ def main(argv=None, cluster="slurm"):
             failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
         else:
             waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
-            for name, state in waiting.items():
-                print(f"{name}: {state} as a Slurm job (its folder's {slurm.RECORD}); left to it", flush=True)
             failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
     except KeyboardInterrupt:
         print("sweep.py: stopped waiting by Ctrl-C; the jobs go on: run the same command again for the table"
               if args.launcher == "slurm" else "sweep.py: stopped by Ctrl-C; run the same command again to "
               "continue (finished runs are skipped, the others resume from their checkpoints)", file=sys.stderr)
         return 130
-    if args.launcher == "slurm":
-        import torch
-        hw, version = f"Slurm jobs through submitit ({cluster}), {slurm.gpus_per_job(args, todo)} GPU each", \
-            torch.__version__
-    else:
-        hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
+    hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \
+        hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:
         path = os.path.join(job["dir"], "summary.json")
