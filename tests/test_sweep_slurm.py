@@ -21,7 +21,8 @@ SUBMIT = ["--launcher", "slurm", "--slurm-time", "10"]
 
 
 def submit(capsys, *args):
-    """tools.sweep ARGS with submitit's local executor in place of Slurm's: (exit code, stdout, stderr)."""
+    """python -m tools.sweep ARGS in this process, either launcher, submitit's local executor standing in for
+    Slurm's: (exit code, stdout, stderr)."""
     rc = sweep.main(list(args), cluster="local")
     out, err = capsys.readouterr()
     return rc, out, err
