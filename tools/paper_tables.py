@@ -6,8 +6,9 @@ PAPER_SCALE_ONLY -- presets that need their real data, so run only at sweep.py's
 MEAN    -- the summary.json key the paper reports: the mean of the two models' final test accuracies
 
 SCALES  -- what each sweep.py --scale adds to every run (paper, demo, benign, smoke)
-grid, cell_flags, run_name, jobs, same_run -- which cells a scale runs, a cell's train.py flags and folder
-           name, the command lines of a preset, and whether a finished folder ran with the same flags
+grid, cell_flags, run_name, jobs, claim, same_run -- which cells a scale runs, a cell's train.py flags and
+           folder name, the command lines of a preset, a run's folder and flags kept before it starts, and
+           whether a finished folder ran with the same flags
 
 A table is a dict: key, title, base flags, rows (key, label, flags), cols (key,
 label, flags, the summary.json number a cell shows) and the paper's numbers.
@@ -238,6 +239,14 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
                     key = SCALES[scale] + flags + ["--seed", str(seed)]
                     out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
     return out
+
+
+def claim(job):
+    """Make a run's folder and keep there the flags that make the run what it is (sweep.json: same_run reads
+    it), before its train.py starts."""
+    os.makedirs(job["dir"], exist_ok=True)  # train.py only refuses dirs holding config/metrics/checkpoint
+    with open(os.path.join(job["dir"], "sweep.json"), "w") as f:
+        json.dump(job["key"], f)
 
 
 def same_run(d, key):

@@ -4,6 +4,7 @@
     python -m tools.sweep table2 --scale paper --gpus 4      # CIFAR-100 + ResNet34, four runs at a time
     python -m tools.sweep fig3 --scale smoke --dry-run       # only print the train.py commands
     python -m tools.sweep table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
+    python -m tools.sweep table2 --scale paper --launcher slurm --slurm-partition gpu --slurm-time 240
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
 MKD baselines, two architectures), table3 (CMD-P against CE, GCE, Co-teaching, Co-teaching+ and JoCoR,
@@ -14,7 +15,9 @@ Each run is a subprocess `train.py ...` writing DIR/<preset>-<scale>/<run>-s<see
 when that folder already holds a started run; a run whose summary.json exists is skipped, so an
 interrupted sweep continues where it stopped (inside a run too, from its checkpoint). The tables go
 to DIR/<preset>-<scale>.md: the scale is in the name so that smoke, demo and paper tables never
-overwrite each other. A cell reads "failed" when its runs failed, "not run" when none was tried.
+overwrite each other. A cell reads "failed" when its runs failed, "not run" when none was tried,
+"queued" or "running" while a Slurm job holds one of its runs (--launcher slurm submits each run as a job
+through submitit: tools/slurm.py; either launcher leaves such runs to their jobs).
 
 run_jobs     -- run a preset's train.py command lines (paper_tables.jobs) one after another, or N at a time
                 on N GPUs or on the CPU's cores
@@ -37,7 +40,8 @@ import sys
 import time
 import warnings
 
-from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, jobs, run_name, same_run
+from tools import slurm
+from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, jobs, run_name, same_run
 from tools.stats import mean_std
 from training.errors import UserError, one_line
 
@@ -99,9 +103,7 @@ def run_jobs(todo, gpus=0, jobs=1):
 
 
 def start(i, job, env):
-    os.makedirs(job["dir"], exist_ok=True)  # train.py only refuses dirs holding config/metrics/checkpoint
-    with open(os.path.join(job["dir"], "sweep.json"), "w") as f:
-        json.dump(job["key"], f)
+    claim(job)
     log = open(os.path.join(job["dir"], "train.log"), "a")
     err = open(os.path.join(job["dir"], "train.err"), "a")
     started = os.path.exists(os.path.join(job["dir"], "config.json"))  # train.py refuses --resume of nothing
@@ -119,9 +121,10 @@ def finished_runs(t, row, col, scale, seeds, sweep_dir):
             and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)])]
 
 
-def load_cells(t, scale, seeds, sweep_dir, failed=()):
+def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
     """{(row, col): (mean, std, n)} over the seeds whose summary.json exists (and was run with these
-    flags); a cell with none is "failed" when one of its runs is in `failed` (run names), else absent."""
+    flags); a cell with none is "running" or "queued" when one of its runs' Slurm job is (`waiting`: {run name:
+    state}), else "failed" when one of its runs is in `failed` (run names), else absent."""
     cells = {}
     for row in t["rows"]:
         for col in t["cols"]:
@@ -129,9 +132,13 @@ def load_cells(t, scale, seeds, sweep_dir, failed=()):
             for d in finished_runs(t, row[0], col[0], scale, seeds, sweep_dir):
                 with open(os.path.join(d, "summary.json")) as f:
                     values.append(json.load(f)[col[3]])
+            names = [f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" for seed in range(seeds)]
+            states = [waiting[n] for n in names if n in (waiting or ())]
             if values:
                 cells[row[0], col[0]] = mean_std(values)
-            elif any(f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" in failed for seed in range(seeds)):
+            elif states:
+                cells[row[0], col[0]] = "running" if "running" in states else "queued"
+            elif any(n in failed for n in names):
                 cells[row[0], col[0]] = "failed"
     return cells
 
@@ -195,7 +202,7 @@ def render_diagnostics(t, scale, seeds, sweep_dir):
 
 
 def fmt(stat, seeds):
-    if stat == "failed":
+    if isinstance(stat, str):  # failed, running, queued
         return stat
     m, s, n = stat
     text = f"{m:.2f}" if s is None else f"{m:.2f} ± {s:.2f}"
@@ -219,7 +226,7 @@ def render_table(t, cells, seeds):
         lines.append(f"| {label} | " + " | ".join(out) + " |")
     keys = sorted({c[3] for c in t["cols"]})
     what = f"mean ± sample std (ddof=1) over {seeds} seeds" if seeds > 1 else "one seed"
-    short = [v[2] for v in cells.values() if v != "failed" and v[2] < seeds]  # the cells fmt marks (n=k)
+    short = [v[2] for v in cells.values() if not isinstance(v, str) and v[2] < seeds]  # the cells fmt marks (n=k)
     note = ""
     if short:  # "(n=1) and (n=2) mark the 3 cells where only 1 or 2 of the 3 seeds finished."
         ks = sorted(set(short))
@@ -236,7 +243,7 @@ def knowledge_verdicts(t, cells):
              "Margin = CMD mean - max(Zero mean, All mean); spread = the largest std of the three cells.", ""]
     for col, label, _, _ in t["cols"]:
         got = {k: cells.get((k, col)) for k, _ in KNOWLEDGE}
-        got = {k: None if v == "failed" else v for k, v in got.items()}
+        got = {k: None if isinstance(v, str) else v for k, v in got.items()}
         if not any(got.values()):
             continue
         if not got["zero"] or not got["all"]:
@@ -262,7 +269,7 @@ def knowledge_verdicts(t, cells):
     return lines + ([] if len(lines) > 4 else ["No column has run yet."]) + [""]
 
 
-def render(preset, scale, seeds, sweep_dir, header, failed=None):
+def render(preset, scale, seeds, sweep_dir, header, failed=None, waiting=None):
     """The whole markdown file: header, one table per subtable, Table 1's verdicts, failed runs."""
     lines = [f"# {preset} at {scale} scale", "", header, "",
              f"train.py flags of every run at this scale: `{shlex.join(SCALES[scale])}`" +
@@ -270,7 +277,7 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None):
                                           "columns are then one pair's A, B and mean), so the measured numbers "
                                           "are not comparable to the paper's, only their order is"), ""]
     for t in PRESETS[preset]:
-        cells = load_cells(t, scale, seeds, sweep_dir, failed or ())
+        cells = load_cells(t, scale, seeds, sweep_dir, failed or (), waiting)
         lines += render_table(t, cells, seeds)
         if t["key"] == "table1":
             lines += knowledge_verdicts(t, cells)
@@ -310,7 +317,9 @@ def hardware(argv, gpus, jobs):
 
 @one_line("sweep.py", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
                              "the others resume from their checkpoints)")  # each run stops at its checkpoint
-def main(argv=None):
+def main(argv=None, cluster="slurm"):
+    """cluster: submitit's executor for --launcher slurm; the tests pass "local", submitit's LocalExecutor,
+    which runs each job as real processes on this machine."""
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -326,6 +335,10 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="without --gpus: run N at a time on the CPU, each with "
                                                         "an equal share of the cores")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                   help="local: run here (--gpus, --jobs); slurm: submit each run as a Slurm job through submitit "
+                        "(--slurm-*; tools/slurm.py) (default: local)")
+    slurm.add_flags(p)
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.seeds < 1 or args.gpus < 0 or args.jobs < 1:
         p.error("--seeds and --jobs must be >= 1 and --gpus >= 0")
@@ -334,6 +347,7 @@ def main(argv=None):
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file; give a directory for the sweeps")
     todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)  # bad input: one line, before any write
+    slurm.check(args, todo, cluster)  # before check_flags imports torch
     check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
     if args.dry_run:
         try:
@@ -343,8 +357,20 @@ def main(argv=None):
         except BrokenPipeError:  # | head: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    failed = run_jobs(todo, args.gpus, args.jobs)
-    hw, version = hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
+    try:
+        if args.launcher == "slurm":
+            failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
+        else:
+            waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
+            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
+    except KeyboardInterrupt:
+        if args.launcher != "slurm":
+            raise  # one_line says how to continue
+        print("sweep.py: stopped waiting by Ctrl-C; the jobs go on: run the same command again for the table",
+              file=sys.stderr)
+        return 130
+    hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \
+        hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:
         path = os.path.join(job["dir"], "summary.json")
@@ -357,8 +383,10 @@ def main(argv=None):
     path = sweep_dir + ".md"
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
-        f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed))
-    print(f"{len(todo)} runs, {len(failed)} failed; table: {path}")
+        f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed, waiting))
+    print(f"{len(todo)} runs, {len(failed)} failed" + (f", {len(waiting)} queued or running (the same command "
+                                                       f"again, or with --wait, writes them in)" if waiting else "") +
+          f"; table: {path}")
     return 1 if failed else 0
 
 
