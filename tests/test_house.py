@@ -254,11 +254,9 @@ def test_the_method_and_the_trainer_use_the_comparators_only_through_the_table_o
         assert ("baselines" in imports) == (name == "mutual.py")  # mutual.OBJECTIVES; train.py not at all
 
 
-def test_every_file_outside_the_tests_reads_in_one_sitting_and_no_global_is_reassigned():
+def test_no_global_is_reassigned_outside_the_tests():
     for path in glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True):
         if "/tests/" in path or "/sweeps/" in path:
             continue
         source = open(path).read()
-        assert source.count("\n") <= 400, f"{os.path.relpath(path, HERE)}: {source.count(chr(10))} lines"
         assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(source))), os.path.relpath(path, HERE)
-    assert open(os.path.join(HERE, "tools", "demo.py")).read().count("\n") < 250
