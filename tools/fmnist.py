@@ -6,6 +6,8 @@ demo        -- every row tuned (its lr; CMD's eta and b; each comparator's knob)
 attribution -- does the confident selection matter? CMD-P beside the same count taught at random positions, all
                knowledge, zero knowledge, a step-size control, CMD-P without the extra weight and Co-teaching, per
                noise rate, each row's lr by an edge and a tie rule (docs/fmnist/attribution/)
+recipe      -- Table 1's shape in the paper's own recipe: a ResNet pair at the appendix's SGD and schedule, the
+               same for every row, 40% symmetric and pair-flip noise, three seeds; its preconditions first
 
     python -m tools.fmnist demo regime --out sweeps/fmnist    # zero knowledge alone: do the preconditions hold?
     python -m tools.fmnist demo select --out sweeps/fmnist    # every row's lr (and CMD's eta, b) on the val split
@@ -16,6 +18,8 @@ attribution -- does the confident selection matter? CMD-P beside the same count 
     python -m tools.fmnist attribution report --rate 0.4 --published-choice        # 40% at the committed choices
     python -m tools.fmnist attribution pack --out sweeps/fmnist   # every run's numbers into docs/fmnist/runs.jsonl.gz
     python -m tools.fmnist attribution tables --rate 0.4 --out docs/fmnist   # the tables again from those alone
+    python -m tools.fmnist recipe preconditions --noise pair  # the recipe's CE and clean labels first
+    python -m tools.fmnist recipe report --noise pair --dry-run   # then every row: its train.py commands
     python -m tools.fmnist demo select --dry-run              # a stage's train.py commands, to run one by hand
 
 The data: a fixed 8,000 of Fashion-MNIST's 60,000 training images (--subset-seed 0), of which a clean 10% is the
@@ -111,7 +115,9 @@ class Study(NamedTuple):
     rules: bool
     keep: tuple
 
-    def folder(self, out, rate):
+    def folder(self, out, rate, noise="sym"):
+        if self.name == "recipe":
+            return os.path.join(out, "recipe", f"{noise}-r{rate:g}")
         return out if self.name == "demo" else os.path.join(out, "attribution", f"r{rate:g}")
 
     def report_name(self, row, setting):
@@ -183,13 +189,43 @@ ATTRIBUTION = Study("attribution", rows={
            ("cmdp", "coteach")],
     rules=True, keep=("lr", "val", "edge", "es_lr", "tie"))
 PUBLISHED = {"zero": "mylc-zero", "all": "mylc-all", "cmdp": "mylc-cmdp"}  # the demo's rows the attribution extends
-STUDIES = {"demo": DEMO, "attribution": ATTRIBUTION}
-STAGES = {"demo": ("regime", "select", "compare", "report"), "attribution": ("select", "report", "all", "pack", "tables")}
+
+# The recipe: Table 1's shape in the paper's own recipe, declared before any of its runs. The appendix's SGD
+# (momentum 0.9, weight decay 5e-4, batch 128, lr 0.1 / 10 at epochs 50 and 80 of 100; fewer epochs scale the
+# milestones) and its crops (padding 4) and flips, the same for every row, no per-row tuning; a ResNet18 pair
+# (a ResNet34 pair does not fit a 15-minute lease); all 60,000 training images, a clean 10% of them the
+# validation split; 40% symmetric and 40% pair-flip noise (--noise), noise.py's seeds; RECIPE_SEEDS, paired.
+# `preconditions` runs CE and clean labels first: the regime holds when CE's validation accuracy falls >= 3
+# points from its best epoch to its last and CE fits >= 30% of the noisy labels by the end.
+RECIPE_EPOCHS = 100
+RECIPE = ["--arch", "resnet18", "--val-split", "0.1", "--augment", "paper", "--epochs", str(RECIPE_EPOCHS),
+          "--milestones", ",".join(str(round(m * RECIPE_EPOCHS / 100)) for m in (50, 80)), "--lr-decay", "0.1",
+          "--momentum", "0.9", "--weight-decay", "5e-4", "--batch-size", "128", "--noise", "sym", "--rate", "0.4"]
+RECIPE_SEEDS, RECIPE_LR = (0, 1, 2), 0.1
+RECIPE_ROWS = {  # Table 1's MyLC column (eta, b: the project's Table 1 defaults, mutual.THRESHOLDS), two comparators
+    "ce-zero": ("CE, zero knowledge", ["--mode", "zero", "--lc", "ce"]),
+    "mylc-zero": ("MyLC, zero knowledge", ["--mode", "zero", "--lc", "mylc"]),
+    "mylc-all": ("MyLC, all knowledge (MKD)", ["--mode", "all", "--lc", "mylc"]),
+    "mylc-cmds": ("MyLC, CMD-S", ["--mode", "static", "--lc", "mylc"]),
+    "mylc-cmdp": ("MyLC, CMD-P", ["--mode", "progressive", "--lc", "mylc"]),
+    "coteach": ("Co-teaching, τ = the noise rate", ["--mode", "coteach"]),
+    "proselflc-zero": ("ProSelfLC, zero knowledge", ["--mode", "zero", "--lc", "proselflc"]),
+    "clean": ("CE, clean labels (reference)", CLEAN[1]),
+}
+RECIPE_STUDY = Study("recipe", rows=RECIPE_ROWS, grids={0.4: {row: [Setting(RECIPE_LR)] for row in RECIPE_ROWS}},
+                     follows={}, pairs=[("mylc-cmdp", "mylc-zero"), ("mylc-cmdp", "mylc-all"), ("mylc-cmdp", "ce-zero"),
+                                        ("mylc-cmdp", "coteach"), ("mylc-cmdp", "mylc-cmds")],
+                     rules=False, keep=("lr",))
+STUDIES = {"demo": DEMO, "attribution": ATTRIBUTION, "recipe": RECIPE_STUDY}
+STAGES = {"demo": ("regime", "select", "compare", "report"), "attribution": ("select", "report", "all", "pack", "tables"),
+          "recipe": ("preconditions", "report")}
 
 
-def base(rate):
-    """BASE at this noise rate."""
-    return [f"{rate:g}" if i and BASE[i - 1] == "--rate" else v for i, v in enumerate(BASE)]
+def base(rate, noise="sym", flags=None):
+    """A regime's flags (BASE, or RECIPE) at this noise rate and type."""
+    flags = BASE if flags is None else flags
+    at = {"--rate": f"{rate:g}", "--noise": noise}
+    return [at.get(flags[i - 1], v) if i else v for i, v in enumerate(flags)]
 
 
 def data_flags(data_dir=DATA_DIR):
@@ -198,16 +234,15 @@ def data_flags(data_dir=DATA_DIR):
 
 # ---------------------------------------------------------------- the runs, on disk or in the raw data
 class Plan(NamedTuple):
-    """Where a study's runs go (folder/<stage>/<name>), and what every run is given: the data's flags, the noise
-    rate, and the flags after the data's (extra: the device, the flags after --)."""
+    """Where a study's runs go (folder/<stage>/<name>), and what every run is given: the data's and the regime's
+    flags (data), and after them the device and the flags after -- (extra)."""
     folder: str
     data: list
-    rate: float
     extra: list
 
     def job(self, stage, name, flags, seed):
         d = os.path.join(self.folder, stage, f"{name}-s{seed}")
-        key = self.data + base(self.rate) + flags + ["--seed", str(seed)]  # later flags win: clean's --rate 0
+        key = self.data + flags + ["--seed", str(seed)]  # later flags win: clean's --noise none --rate 0
         return dict(name=f"{name}-s{seed}", dir=d, key=key, argv=key + ["--out", d, *self.extra])
 
 
@@ -398,9 +433,8 @@ def derived(choice):
     """The demo's choice.json: the tuned rows' choices, then the rows that follow from them: clean, the control,
     the cohort."""
     c = dict(choice)
-    c["clean"] = dict(lr=BASE_LR, eta=None, b=None, val=None)
-    c["control"] = dict(lr=2 * choice["mylc-zero"]["lr"], eta=None, b=None, val=None)
-    c["cohort"] = dict(choice["mylc-cmdp"], val=None)
+    c.update({row: dict(lr=s.lr, eta=s.eta, b=s.b, val=None) for row, s in at_choices(DEMO, choice).items()
+              if row not in c})
     return c
 
 
@@ -553,8 +587,8 @@ def row_cells(seeds, flags, columns=("test_acc_mean",)):
 
 
 def report_table(runs, study, choice, seeds):
-    """The report: a line per row at its choice; the demo's with its paired differences in the line, the
-    attribution's in a table of PAIRS below."""
+    """The report: a line per row at its choice; the demo's with its paired differences in the line, the other
+    studies' in a table of their pairs below."""
     cells = report_cells(study, choice, seeds)
     got, settings = report_runs(runs, study, cells), at_choices(study, choice)
     if study is DEMO:
@@ -574,13 +608,13 @@ def report_table(runs, study, choice, seeds):
     lines = ["| row | lr | final test acc | early-stopped test acc | memorised (end) | selected | precision | "
              "recall | seeds |", "|---" * 9 + "|"]
     for row, by_seed in got.items():
-        lines.append(f"| {ATTRIBUTION.rows[row][0]} | {settings[row].lr:g} | " +
-                     " | ".join(row_cells(by_seed, ATTRIBUTION.rows[row][1])) + f" | {len(by_seed)} |")
+        lines.append(f"| {study.rows[row][0]} | {settings[row].lr:g} | " +
+                     " | ".join(row_cells(by_seed, study.rows[row][1])) + f" | {len(by_seed)} |")
     lines += ["", "| paired difference of final test accuracy | mean [95% t-interval] | ahead |", "|---|---|---|"]
-    for row, against in ATTRIBUTION.pairs:
+    for row, against in study.pairs:
         if row in got and against in got:
             diff, ahead = paired(got[row], got[against])
-            lines.append(f"| {ATTRIBUTION.rows[row][0]} − {ATTRIBUTION.rows[against][0]} | {diff} | {ahead} |")
+            lines.append(f"| {study.rows[row][0]} − {study.rows[against][0]} | {diff} | {ahead} |")
     return lines
 
 
@@ -643,6 +677,35 @@ def attribution_texts(runs, rate, choice, footer, published_choices=False):
             "", "Preconditions on zero knowledge at its chosen lr: " + PRECONDITIONS + "."] + lines + [
             f"All hold: {({True: 'yes', False: 'no'}).get(ok, 'not known')}.", "", footer]
     return texts
+
+
+def recipe_preconditions(got):
+    """The recipe's precondition lines and whether they hold, on CE's runs {seed: metrics rows} (means over seeds):
+    its validation accuracy falls >= 3 points from its best epoch to its last; it fits >= 30% of the noisy labels."""
+    if not got:
+        return ["(CE's runs have not finished)"], None
+    drop = mean_std([max(r["val_acc_mean"] for r in rows) - rows[-1]["val_acc_mean"] for rows in got.values()])[0]
+    end = mean_std([memorisation_timing(rows)[0] for rows in got.values()])[0]
+    checks = [(drop >= 3, f"validation accuracy falls {drop:.2f} points from its best epoch to its last"),
+              (end >= 0.3, f"memorised at the end {end:.2f}")]
+    return [f"- CE, zero knowledge (n={len(got)}): " + "; ".join(f"{t} {'✓' if c else '✗'}" for c, t in checks)], \
+        all(c for c, _ in checks)
+
+
+def recipe_text(runs, noise, rows, footer):
+    """The recipe's report (or, rows: only the preconditions' rows, its preconditions) at one noise type."""
+    choice = {row: dict(lr=RECIPE_LR) for row in RECIPE_ROWS if rows is None or row in rows}
+    got = report_runs(runs, RECIPE_STUDY, report_cells(RECIPE_STUDY, choice, RECIPE_SEEDS))
+    lines, ok = recipe_preconditions(got.get("ce-zero", {}))
+    return [f"# Fashion-MNIST in the paper's recipe, 40% {'pair-flip' if noise == 'pair' else 'symmetric'} noise", "",
+            f"A ResNet18 pair, every row at the appendix's SGD and schedule (lr {RECIPE_LR:g}), seeds "
+            f"{', '.join(map(str, RECIPE_SEEDS))} (clean labels: {', '.join(map(str, CLEAN_SEEDS))}), paired by seed. "
+            "Final test accuracy: the mean of the two models' final-epoch accuracies, mean ± std over seeds; "
+            "early-stopped: at each run's best validation epoch.", ""] + report_table(
+        runs, RECIPE_STUDY, choice, RECIPE_SEEDS) + ["", "Preconditions on CE at the recipe: its validation accuracy "
+                                                      "falls >= 3 points from its best epoch to its last; it fits >= "
+                                                      "30% of the noisy labels by the end."] + lines + [
+        f"All hold: {({True: 'yes', False: 'no'}).get(ok, 'not known')}.", "", footer]
 
 
 # ---------------------------------------------------------------- the stages
@@ -776,6 +839,24 @@ def attribution_stage(r, stage, rows):
         write(os.path.join(r.plan.folder, name), lines)
 
 
+def recipe_stage(r, stage):
+    """The recipe's preconditions (CE and clean labels first) and report (every row): their runs, then the
+    table, DIR/recipe/<noise>-r<rate>/<stage>.md."""
+    rows = ("ce-zero", "clean") if stage == "preconditions" else None
+    choice = {row: dict(lr=RECIPE_LR) for row in RECIPE_ROWS if rows is None or row in rows}
+    if stage == "report" and not r.args.dry_run:
+        got = report_runs(r.runs(), RECIPE_STUDY, report_cells(RECIPE_STUDY, {"ce-zero": choice["ce-zero"]},
+                                                                 RECIPE_SEEDS))
+        if len(got.get("ce-zero", {})) < len(RECIPE_SEEDS):
+            print(f"fmnist: error: the recipe's preconditions first: python -m tools.fmnist recipe preconditions "
+                  f"--noise {r.args.noise} --out {r.args.out}", file=sys.stderr)
+            raise SystemExit(2)
+    n = r.cells("report", report_cells(RECIPE_STUDY, choice, RECIPE_SEEDS))
+    if not r.args.dry_run:
+        os.makedirs(r.plan.folder, exist_ok=True)
+        write(os.path.join(r.plan.folder, f"{stage}.md"), recipe_text(r.runs(), r.args.noise, rows, r.footer(n)))
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # bad input: one line, exit 2, nothing written
         print(f"fmnist: error: {message} (see python -m tools.fmnist --help)", file=sys.stderr)
@@ -786,11 +867,14 @@ def parse(argv):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="Flags after -- go to every train.py (e.g. -- --amp off).")
     p.add_argument("study", choices=tuple(STUDIES))
-    p.add_argument("stage", choices=("regime", "select", "compare", "report", "all", "pack", "tables"),
-                   help="demo: regime, select, compare, report; attribution: select, report, all, pack, tables")
+    p.add_argument("stage", choices=("regime", "select", "compare", "report", "all", "pack", "tables", "preconditions"),
+                   help="demo: regime, select, compare, report; attribution: select, report, all, pack, tables; "
+                        "recipe: preconditions, report")
     rates = ", ".join(map(str, sorted(ATTRIBUTION.grids)))
-    p.add_argument("--rate", type=float, default=0.4, help=f"the symmetric noise rate: the attribution's {rates}; "
-                                                           "the demo's 0.4")
+    p.add_argument("--rate", type=float, default=0.4, help=f"the noise rate: the attribution's {rates}; the demo's "
+                                                           "and the recipe's 0.4")
+    p.add_argument("--noise", choices=("sym", "pair"), default="sym", help="the recipe's noise type (the others' "
+                                                                           "is sym)")
     p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs, choice.json and the tables (the "
                                                                          "attribution's in DIR/attribution/r<rate>/)")
     p.add_argument("--data-dir", default=DATA_DIR,
@@ -823,6 +907,8 @@ def parse(argv):
                 "at 40%")
     if args.rate not in STUDIES[args.study].grids:
         p.error(f"--rate {args.rate:g}: the declared grids are for {rates if args.study == 'attribution' else '0.4'}")
+    if args.noise != "sym" and args.study != "recipe":
+        p.error(f"--noise {args.noise}: only the recipe declares pair-flip noise")
     if args.jobs < 1 or not 1 <= args.seeds <= 9:
         p.error("--jobs must be at least 1 and --seeds between 1 and 9")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -842,7 +928,7 @@ def main(argv=None):
         added, total = pack(args.out, args.pack)
         print(f"{added} runs of {args.out} added to {args.pack}, which holds {total}")
         return 0
-    folder = study.folder(args.out, args.rate)
+    folder = study.folder(args.out, args.rate, args.noise)
     if args.stage == "tables":
         runs = read_raw(args.pack, args.rate)
         choice, todo = (published_choice(runs), []) if args.published_choice else choose(
@@ -854,11 +940,14 @@ def main(argv=None):
             write(os.path.join(folder, name), lines)
         return 0
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    r = Run(args, study, Plan(folder, data_flags(args.data_dir), args.rate,
-                              ["--device", args.device, "--workers", "0"] + extra), command, time.time(), {})
-    if not args.dry_run:
+    regime = base(args.rate, args.noise, RECIPE if study is RECIPE_STUDY else None)
+    r = Run(args, study, Plan(folder, data_flags(args.data_dir) + regime, ["--device", args.device, "--workers", "0"] +
+                              extra), command, time.time(), {})
+    if not args.dry_run and study is not RECIPE_STUDY:  # the recipe's report checks its preconditions first
         os.makedirs(folder, exist_ok=True)
-    if study is ATTRIBUTION:
+    if study is RECIPE_STUDY:
+        recipe_stage(r, args.stage)
+    elif study is ATTRIBUTION:
         attribution_stage(r, args.stage, rows)
     else:
         name, text = demo_stage(r, args.stage)
