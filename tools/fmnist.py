@@ -105,13 +105,14 @@ def setting_of(c):
 class Study(NamedTuple):
     """rows: {row: (label, train.py flags)}, the report's rows in its order; grids: {rate: {row: [Setting]}},
     declared before any run (a row not there follows from others: FOLLOWS, or the clean reference at BASE_LR);
-    follows: {row: (the row whose lr it takes, the factor)}; pairs: the report's paired differences; rules: the
-    edge and tie rules apply; keep: a choice's fields as choice.json holds them."""
+    follows: {row: (the row whose lr it takes, the factor)}; pairs: the report's paired differences, the demo's
+    {row: (zero knowledge of its lc, all knowledge or None)} in its lines, the others' [(row, against)] below;
+    rules: the edge and tie rules apply; keep: a choice's fields as choice.json holds them."""
     name: str
     rows: dict
     grids: dict
     follows: dict
-    pairs: dict
+    pairs: dict | list
     rules: bool
     keep: tuple
 
@@ -210,7 +211,7 @@ RECIPE_ROWS = {  # Table 1's MyLC column (eta, b: the project's Table 1 defaults
     "mylc-cmdp": ("MyLC, CMD-P", ["--mode", "progressive", "--lc", "mylc"]),
     "coteach": ("Co-teaching, τ = the noise rate", ["--mode", "coteach"]),
     "proselflc-zero": ("ProSelfLC, zero knowledge", ["--mode", "zero", "--lc", "proselflc"]),
-    "clean": ("CE, clean labels (reference)", CLEAN[1]),
+    "clean": CLEAN,
 }
 RECIPE_STUDY = Study("recipe", rows=RECIPE_ROWS, grids={0.4: {row: [Setting(RECIPE_LR)] for row in RECIPE_ROWS}},
                      follows={}, pairs=[("mylc-cmdp", "mylc-zero"), ("mylc-cmdp", "mylc-all"), ("mylc-cmdp", "ce-zero"),
