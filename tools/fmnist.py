@@ -1,5 +1,5 @@
 """CMD on real data where noisy labels are memorised slowly: Fashion-MNIST, every row chosen on a clean validation
-split. One pipeline, two studies of it:
+split. One pipeline, three studies of it:
 
 demo        -- every row tuned (its lr; CMD's eta and b; each comparator's knob) at 40% symmetric noise, five seeds
                at the choices: does CMD help here, and which settings? (docs/fmnist/report.md)
