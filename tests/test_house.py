@@ -322,20 +322,18 @@ def test_the_method_and_the_trainer_use_the_comparators_only_through_the_table_o
         assert ("baselines" in imports) == (name == "mutual.py")  # mutual.OBJECTIVES; train.py not at all
 
 
-def test_every_file_outside_the_tests_reads_in_one_sitting_and_no_global_is_reassigned():
+def test_no_global_is_reassigned_outside_the_tests():
     for path in glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True):
         if "/tests/" in path or "/sweeps/" in path:
             continue
         source = open(path).read()
-        assert source.count("\n") <= 400, f"{os.path.relpath(path, HERE)}: {source.count(chr(10))} lines"
         assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(source))), os.path.relpath(path, HERE)
-    assert open(os.path.join(HERE, "tools", "demo.py")).read().count("\n") < 250
 
 
 def test_every_entry_point_reports_bad_input_and_ctrl_c_through_the_one_handler():
     """train.py, evaluate.py and every python -m tools.NAME: main is decorated with training/errors.py's
     one_line, and no main but train.py's (whose Ctrl-C in training says where it stopped and how to resume)
-    catches KeyboardInterrupt itself. tools/identity.py, a check of two checkouts that imports nothing of ours,
+    catches KeyboardInterrupt itself. tests/identity.py, a check of two checkouts that imports nothing of ours,
     aside."""
     paths = glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "tools", "*.py"))
     mains = 0

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tools import paper_tables, plot, plot_sweep, stats, sweep
+from tools import paper_tables, plot, stats, sweep
 from training import config
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -272,7 +272,7 @@ def test_plot_of_a_sweep_is_accuracy_against_b(tmp_path):
                 d = tmp_path / f"r{rate}-eta{eta}-b{b}-s{seed}"
                 fake_run(str(d), dict(rate=rate, eta=eta, b=b, seed=seed))
                 write(str(d / "summary.json"), {"test_acc_mean": 60 + b + seed})
-    groups = plot_sweep.sweep_points(str(tmp_path))
+    groups = plot.sweep_points(str(tmp_path))
     assert len(groups) == 3 and all(g == {-5.0: [55, 56], 0.0: [60, 61], 5.0: [65, 66]} for g in groups.values())
     pytest.importorskip("matplotlib")
     res = cli("plot.py", str(tmp_path))

@@ -4,7 +4,7 @@
     python -m tools.bench batched --runs 64 --device cuda  # one GPU: also TFLOP/s, memory per run, largest R
     python -m tools.bench batched --agreement sweeps/batched-check   # 80 epochs: batched runs against train.py's
 
-The runs are the Fashion-MNIST demonstration's (tools/demo.py's regime: two MLPs on 7,200 images, 720 for
+The runs are the Fashion-MNIST demonstration's (tools/fmnist.py: BASE: two MLPs on 7,200 images, 720 for
 validation, 10,000 for test), R of them differing in lr and seed, for --epochs epochs each. tools.batched
 trains them in one process; tools.sweep.run_jobs trains the same runs as train.py processes, --jobs at a time.
 Both are timed from the command to the last summary.json, start-up and data loading included, so the figures
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from tools import attribution, batched, demo_grid, rawdata, sweep
+from tools import batched, fmnist, sweep
 from tools.stats import fmt, interval, mean_std
 from training import config
 from training.errors import one_line
@@ -38,7 +38,7 @@ def jobs(out, runs, epochs, data_dir, device):
     todo = []
     for i in range(runs):
         lr, seed = lrs[i % len(lrs)], i // len(lrs)
-        key = (["--dataset", "fashionmnist", "--data-dir", data_dir] + demo_grid.BASE +
+        key = (["--dataset", "fashionmnist", "--data-dir", data_dir] + fmnist.BASE +
                ["--mode", "progressive", "--lc", "mylc", "--lr", f"{lr:g}", "--seed", str(seed), "--epochs",
                 str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off"])
         d = os.path.join(out, f"run{i}")
@@ -55,11 +55,11 @@ def timed(fn):
 
 
 def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
-    """Lines of a markdown table: the attribution report's rows (tools/attribution.py, at the 40% published
+    """Lines of a markdown table: the attribution report's rows (tools/fmnist.py, at the 40% published
     choices) trained by tools.batched into OUT against the same runs trained by train.py (the raw data, pack):
     final test accuracy over seeds, the paired difference with its 95% t-interval, the largest per-seed gap,
     and epoch 1's training loss (mean of A and B) as the one-step contract sees it."""
-    mine, theirs = attribution.load_dir(out, rate), rawdata.read(pack, rate)
+    mine, theirs = fmnist.load_dir(fmnist.ATTRIBUTION.folder(out, rate)), fmnist.read_raw(pack, rate)
     lines = ["| row | train.py | tools.batched | batched − train.py (95% t) | largest per-seed gap | epoch 1 loss, "
              "largest relative gap |", "|---|---|---|---|---|---|"]
     for row in rows:
@@ -71,7 +71,7 @@ def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
         m, ci = interval([y - x for x, y in zip(a, b)])
         loss = [(mine[n]["rows"][0][f"train_loss_{k}"], theirs[n]["rows"][0][f"train_loss_{k}"]) for n in names
                 for k in "ab"]
-        lines.append(f"| {attribution.ROWS[row][0]} ({names[0].split('-')[1]}, n={len(names)}) | "
+        lines.append(f"| {fmnist.ATTRIBUTION.rows[row][0]} ({names[0].split('-')[1]}, n={len(names)}) | "
                      f"{fmt(*mean_std(a)[:2])} | {fmt(*mean_std(b)[:2])} | {m:+.2f}" +
                      ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") +
                      f" | {max(abs(y - x) for x, y in zip(a, b)):.2f} | {max(abs(u / v - 1) for u, v in loss):.1e} |")
@@ -89,7 +89,7 @@ def main(argv=None):
     p.add_argument("--skip-processes", action="store_true", help="time only the batched runs")
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--agreement", metavar="OUT", help="instead: the table of agreement of the runs tools.batched "
-                   "trained into OUT (python -m tools.attribution report --rate 0.4 --published-choice --rows "
+                   "trained into OUT (python -m tools.fmnist attribution report --rate 0.4 --published-choice --rows "
                    "zero,cmdp --batched --out OUT) with train.py's runs in --pack")
     p.add_argument("--pack", default="docs/fmnist/runs.jsonl.gz", help="train.py's runs, for --agreement")
     args = p.parse_args(argv)

@@ -29,17 +29,58 @@ default into the RUN_DIR itself when one is given, else plots/. Needs matplotlib
 """
 import argparse
 import json
+import math
 import os
 import sys
 import textwrap
 import zipfile
+from collections import defaultdict
 
 import numpy as np
 
-from tools.plot_sweep import plot_sweep
-from tools.plot_style import FIGSIZE, LC_NAMES, MODE_NAMES, NOISE_NAMES, number, pyplot, save
 from training.errors import one_line
 
+# ---------------------------------------------------------------- what every figure shares (tools.fmnist's too)
+FIGSIZE, DPI = (6, 4), 120  # readable at README width
+
+MINUS = "\u2212"  # a real minus sign, not a hyphen
+MODE_NAMES = {"zero": "Zero knowledge", "all": "All knowledge", "static": "CMD-S", "progressive": "CMD-P",
+              "mkd": "MKD (Eq. 2)", "kdcl": "KDCL", "coteach": "Co-teaching", "coteach+": "Co-teaching+",
+              "jocor": "JoCoR"}  # the paper's names of the knowledge modes, and of the comparators (baselines.py)
+LC_NAMES = {"ce": "CE", "ls": "LS", "cp": "CP", "bootsoft": "Boot-soft", "proselflc": "ProSelfLC", "mylc": "MyLC",
+            "tfkd": "Tf-KD_reg", "gce": "GCE"}  # and of the label corrections
+NOISE_NAMES = {"sym": "symmetric", "pair": "pair-flip"}
+
+
+def pyplot():
+    """matplotlib.pyplot on Agg, or a one-line error and exit 1 when it is not installed."""
+    try:
+        import matplotlib  # here, so that a missing matplotlib is one line, not a traceback
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # after use("Agg"): no display needed
+    except ImportError:
+        sys.exit("plot.py: error: matplotlib is not installed; pip install matplotlib")
+    return plt
+
+
+def number(v):
+    """A setting as the legend writes it: 4.0 as 4, -5 as −5 (a real minus sign), inf (or "inf") as ∞."""
+    v = float(v)
+    if math.isinf(v):
+        return ("" if v > 0 else MINUS) + "∞"
+    return f"{v:g}".replace("-", MINUS)
+
+
+def save(plt, fig, path):
+    if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
+        fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return path
+
+
+# ---------------------------------------------------------------- one run's figures, epoch by epoch
 HIST = "entropy_hist.npz"
 HIST_KEYS = ("epoch", "counts", "edges", "known_clean", "chi_start", "chi_end")
 
@@ -295,6 +336,76 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
                fontsize=7, frameon=False)
     title = ("Entropy of the training predictions; what lies left of χ (Eq. 7) is distilled to the peer", name)
     fig.suptitle("\n".join(textwrap.fill(t, int(width_in * 14)) for t in title), fontsize=9)  # ~15 characters an inch
+    return save(plt, fig, path)
+
+
+# ---------------------------------------------------------------- Fig. 3 from a sweep directory (b_sweep.png)
+def sweep_points(sweep_dir):
+    """{group: {b: [final test_acc_mean per seed]}} over run folders; a group is every setting but b and seed."""
+    groups = defaultdict(lambda: defaultdict(list))
+    for name in sorted(os.listdir(sweep_dir)):
+        d = os.path.join(sweep_dir, name)
+        if not os.path.exists(os.path.join(d, "summary.json")) or not os.path.exists(os.path.join(d, "config.json")):
+            continue
+        with open(os.path.join(d, "config.json")) as f:
+            c = json.load(f)
+        if c.get("b") is None:  # mkd, kdcl: no threshold
+            continue
+        with open(os.path.join(d, "summary.json")) as f:
+            acc = json.load(f)["test_acc_mean"]
+        key = tuple(sorted((k, str(v)) for k, v in c.items() if k in ("mode", "lc", "noise", "rate", "eta", "arch",
+                                                                         "dataset", "epochs")))
+        groups[key][float(c["b"])].append(acc)
+    return {k: v for k, v in groups.items() if len(v) >= 2}  # a line needs two values of b
+
+
+def setting(key, value):
+    """A sweep_points setting in a legend's words: ("eta", "4.0") -> "η=4", ("rate", "0.2") -> "noise 20%"."""
+    if key == "eta":
+        return f"η={number(value)}"
+    if key == "rate":
+        return "noise " + ("–" if value == "None" else f"{100 * float(value):g}%")
+    if key == "epochs":
+        return f"{value} epochs"
+    return dict(mode=MODE_NAMES, lc=LC_NAMES, noise=NOISE_NAMES).get(key, {}).get(value, value)
+
+
+def b_lines(ax, groups, title):
+    """Error-bar lines of mean ± sample std (ddof=1) over seeds; legend names the settings that vary."""
+    keys = list(groups)
+    vary = [i for i in range(len(keys[0])) if len({k[i][1] for k in keys}) > 1]
+    for j, key in enumerate(keys):
+        bs = sorted(groups[key])
+        means = [sum(groups[key][b]) / len(groups[key][b]) for b in bs]
+        stds = [math.sqrt(sum((v - m) ** 2 for v in groups[key][b]) / (len(groups[key][b]) - 1))
+                if len(groups[key][b]) > 1 else 0.0 for b, m in zip(bs, means)]
+        name = ", ".join(setting(*key[i]) for i in vary) or "runs"
+        ax.errorbar(bs, means, yerr=stds, marker="o", capsize=3, color=f"C{j % 10}", label=name)
+    ax.set_xlabel("b (Eq. 7; < 0: χ falls during training)")
+    ax.set_ylabel("final test accuracy, mean of A and B (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_sweep(plt, sweep_dir, path):
+    """Fig. 3-style accuracy against b. Returns the path, or None when the sweep varies no b."""
+    groups = sweep_points(sweep_dir)
+    if not groups:
+        print(f"plot.py: {sweep_dir}: no runs that differ only in b (and seed); no b plot", file=sys.stderr)
+        return None
+    rates = [dict(k)["rate"] for k in groups]
+    etas = [dict(k)["eta"] for k in groups]
+    if len(set(rates)) > 1 and len(set(etas)) > 1:  # Fig. 3: (a) rates at the usual eta, (b) etas at the usual rate
+        eta, rate = max(etas, key=etas.count), max(rates, key=rates.count)
+        fig, axes = plt.subplots(1, 2, figsize=(2 * FIGSIZE[0], FIGSIZE[1]))
+        b_lines(axes[0], {k: v for k, v in groups.items() if dict(k)["eta"] == eta},
+                f"(a) noise rates, {setting('eta', eta)}")
+        b_lines(axes[1], {k: v for k, v in groups.items() if dict(k)["rate"] == rate},
+                f"(b) η, {setting('rate', rate)}")
+    else:
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        b_lines(ax, groups, "Final accuracy against b")
     return save(plt, fig, path)
 
 

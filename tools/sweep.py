@@ -316,7 +316,7 @@ def hardware(argv, gpus, jobs):
 
 
 @one_line("sweep.py", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
-                             "the others resume from their checkpoints)")  # each run stops at its checkpoint
+                             "the others resume from their checkpoints; Slurm jobs go on and are not resubmitted)")
 def main(argv=None, cluster="slurm"):
     """cluster: submitit's executor for --launcher slurm; the tests pass "local", submitit's LocalExecutor,
     which runs each job as real processes on this machine."""
@@ -357,18 +357,11 @@ def main(argv=None, cluster="slurm"):
         except BrokenPipeError:  # | head: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    try:
-        if args.launcher == "slurm":
-            failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
-        else:
-            waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
-            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
-    except KeyboardInterrupt:
-        if args.launcher != "slurm":
-            raise  # one_line says how to continue
-        print("sweep.py: stopped waiting by Ctrl-C; the jobs go on: run the same command again for the table",
-              file=sys.stderr)
-        return 130
+    if args.launcher == "slurm":
+        failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
+    else:
+        waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
+        failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
     hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \
         hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
