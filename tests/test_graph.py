@@ -151,7 +151,7 @@ CASES = {"cmd-p-mylc": [], "cmd-p-proselflc": ["--lc", "proselflc"],
          "cohort-static-cp": ["--peers", "3", "--mode", "static", "--lc", "cp"]}
 # bf16: graphed against eager within max(BF16_FLOOR, BF16_SPREADS x eager's own run-to-run spread); provisional
 # until a device run measures the spread (the test writes it to $OUT/bf16_spread.json)
-BF16_FLOOR, BF16_SPREADS = dict(loss=2e-2, acc=1.0), 3
+BF16_FLOOR, BF16_SPREADS = dict(loss=5e-2, acc=2.0), 3
 
 
 def run_pair(tmp_path, monkeypatch, flags, hows):

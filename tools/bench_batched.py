@@ -36,9 +36,9 @@ SYNTHETIC = ["--dataset", "synthetic", "--synthetic-size", "8000", "--synthetic-
              "--synthetic-classes", "10"]
 
 
-def jobs(out, runs, epochs, data_dir, device, data=None):
+def jobs(out, runs, epochs, data_dir, device, data=None, extra=()):
     """R of the demonstration's runs (CMD-P, MyLC), lrs 0.025..0.1 and seeds 0, 1, ..., for `epochs` epochs.
-    data: the data's flags (default: Fashion-MNIST in data_dir)."""
+    data: the data's flags (default: Fashion-MNIST in data_dir); extra: flags after the demonstration's."""
     lrs = (0.025, 0.035, 0.05, 0.07, 0.1)
     data = data or ["--dataset", "fashionmnist", "--data-dir", data_dir]
     todo = []
@@ -46,7 +46,8 @@ def jobs(out, runs, epochs, data_dir, device, data=None):
         lr, seed = lrs[i % len(lrs)], i // len(lrs)
         key = (data + demo_grid.BASE +
                ["--mode", "progressive", "--lc", "mylc", "--lr", f"{lr:g}", "--seed", str(seed), "--epochs",
-                str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off"])
+                str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off",
+                *extra])
         d = os.path.join(out, f"run{i}")
         todo.append(dict(name=f"run{i}", dir=d, key=key, argv=key + ["--out", d]))
     return todo

@@ -66,14 +66,18 @@ class Sizes:
     workers: int            # DataLoader workers of the throughput baseline
     batched_runs: tuple     # batched: R, the runs of each timing
     batched_epochs: int
+    batched_flags: tuple    # ... flags after the demonstration's
+    batched_images: tuple   # ... training images, and evaluated images an epoch (validation and test)
 
 
 FULL = Sizes(arch="resnet34", run_arch="resnet34", batch_size=128, num_classes=100, rounds=3, warmup=3, repeats=10,
              images=10240, throughput_epochs=2, train_size=50000, test_size=10000, workers=min(8, os.cpu_count() or 1),
-             batched_runs=(64, 256), batched_epochs=3)
+             batched_runs=(64, 256), batched_epochs=3, batched_flags=(),
+             batched_images=(bench_batched.TRAIN, bench_batched.EVAL))
 SMALL = Sizes(arch="cnn", run_arch="mlp", batch_size=32, num_classes=10, rounds=1, warmup=1, repeats=5,
               images=64, throughput_epochs=1, train_size=256, test_size=128, workers=0, batched_runs=(2,),
-              batched_epochs=1)
+              batched_epochs=2, batched_flags=("--subset", "256", "--synthetic-test-size", "128"),
+              batched_images=(230, 26 + 128))  # --val-split 0.1 of 256 keeps 26 out
 
 # part -> {key: what it is}: the table's rows in this order. Every key appears in the JSON.
 KEYS = {
@@ -270,9 +274,11 @@ def train_epochs(sizes, device, graph):
             raise RuntimeError(f"train.py --graph {graph} exited with {run.returncode}: {tail(run.stderr)}")
         wall = time.perf_counter() - t0
         epochs = epoch_seconds(out)
+    if device.type != "cuda":
+        return epochs, wall, None, None
     # the training process's own peaks, which it prints last
-    peaks = [float(run.stdout.split(f"{k} ")[-1].split()[0]) / 2 ** 30 for k in ("peak_memory_bytes", "peak_reserved")]
-    return (epochs, wall, *peaks) if device.type == "cuda" else (epochs, wall, None, None)
+    return (epochs, wall, *(float(run.stdout.split(f"{k} ")[-1].split()[0]) / 2 ** 30
+                            for k in ("peak_memory_bytes", "peak_reserved")))
 
 
 def part_epochs(res, sizes, device, budget):
@@ -316,9 +322,11 @@ def part_batched(res, sizes, device, budget):
             res.reasons["batched_runs"] = f"the suite's --budget was spent before R = {runs}"
             break
         with tempfile.TemporaryDirectory() as tmp:
-            todo = bench_batched.jobs(tmp, runs, sizes.batched_epochs, None, device.type, data=bench_batched.SYNTHETIC)
+            todo = bench_batched.jobs(tmp, runs, sizes.batched_epochs, None, device.type, data=bench_batched.SYNTHETIC,
+                                      extra=sizes.batched_flags)
             seconds = bench_batched.timed(lambda: batched.run_jobs(todo, device.type, log=lambda *_: None))
-        flop = runs * sizes.batched_epochs * 2 * bench_batched.FORWARD * (3 * bench_batched.TRAIN + bench_batched.EVAL)
+        train, evaluated = sizes.batched_images
+        flop = runs * sizes.batched_epochs * 2 * bench_batched.FORWARD * (3 * train + evaluated)
         res["batched_run_epochs_per_s"][str(runs)] = runs * sizes.batched_epochs / seconds
         res["batched_tflops"][str(runs)] = flop / seconds / 1e12
 
