@@ -399,7 +399,8 @@ def run_suite(device, sizes, budget_s, skip=(), command=""):
     device_name = (torch.cuda.get_device_name(device) if device.type == "cuda" else
                    f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
     res.update(device=device_name, torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-               date=time.strftime("%Y-%m-%d %H:%M"), small=sizes == SMALL, command=command, sizes=asdict(sizes),
+               date=time.strftime("%Y-%m-%d %H:%M"), small=sizes == SMALL, command=command,
+               sizes=json.loads(json.dumps(asdict(sizes))),  # as the JSON holds it: tuples as lists
                budget_s=budget_s, amp="bf16" if device.type == "cuda" else "off")
 
     def budget():
