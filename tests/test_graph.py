@@ -89,6 +89,20 @@ def test_the_lr_schedule_fills_the_tensor_the_replay_reads():
     assert opts[0].param_groups[0]["foreach"] is None and opts[0].param_groups[0]["fused"] is None
 
 
+def test_a_new_graph_exactly_where_the_step_reads_a_new_host_number():
+    x = [torch.zeros(N, 3, 4, 4)]
+    clocks = [Clock(0, 0, 400, 20, 0), Clock(0, 399, 400, 20, 0), Clock(15, 0, 400, 20, 0), Clock(15, 399, 400, 20, 0)]
+    cmd = Method(mode="progressive")  # chi and t/Γ move every step, but reach the replay as tensors
+    assert len({graph.key(cmd, c, x) for c in clocks}) == 1
+    assert graph.key(cmd, clocks[0], x) != graph.key(cmd, clocks[0], [torch.zeros(N - 1, 3, 4, 4)])  # the last batch
+    coteach = Method(mode="coteach", forget_rate=0.4, num_gradual=10)  # R(t) moves for 10 epochs, then stays
+    assert [len({graph.key(coteach, Clock(e, i, 400, 20, 0), x) for i in (0, 399)}) for e in (0, 15)] == [1, 1]
+    assert graph.key(coteach, Clock(0, 0, 400, 20, 0), x) != graph.key(coteach, Clock(1, 0, 400, 20, 0), x)
+    assert graph.key(coteach, Clock(10, 0, 400, 20, 0), x) == graph.key(coteach, Clock(15, 0, 400, 20, 0), x)
+    plus = Method(mode="coteach+", forget_rate=0.4, num_gradual=10)  # its step rule flips at (epoch + 1) i = 5000
+    assert graph.key(plus, clocks[2], x) != graph.key(plus, clocks[3], x)
+
+
 @pytest.mark.parametrize("choice,device,extra,expected", [
     ("auto", "cuda", {}, "capture"), ("auto", "cpu", {}, "off"),
     ("auto", "cuda", dict(amp="fp16"), "off"), ("auto", "cuda", dict(select="shuffled"), "off"),
