@@ -40,7 +40,7 @@ import torch.distributed as dist
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from noise import add_noise
-from training import datasets, images, rundir, runfiles
+from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
 from training.cifar_n import human_labels
@@ -74,6 +74,8 @@ def main(argv=None):
     args = resolve(get_args(argv))
     method = method_of(args)
     setup = Setup.of(args)
+    setup.config["graph"] = graph.resolve(args.graph, setup.device, setup.amp, method, dist.is_initialized(),
+                                          args.compile)  # the step recorded once and replayed, or eager
     run = open_run(args, setup)
     if run.finished(args.epochs):
         setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
@@ -136,7 +138,8 @@ def open_run(args, setup):
 
 class Loop(NamedTuple):
     """What every epoch uses: the models as called (DDP- or torch.compile-wrapped), their optimisers and lr
-    schedules, the batches, the method, the run's length and seed, the precision, and the progress line."""
+    schedules, the batches, the method, the run's length and seed, the precision, the progress line, and the
+    step: mutual_step on these models, eager or replayed (training/graph.py, --graph)."""
     fwd: list
     models: rundir.Models
     batches: Batches
@@ -145,6 +148,7 @@ class Loop(NamedTuple):
     seed: int
     precision: Precision
     progress: Progress
+    step: object  # (batch, chi, r, clock) -> (sums, hist)
 
     @classmethod
     def of(cls, args, setup, models, method, batches):
@@ -161,8 +165,13 @@ class Loop(NamedTuple):
         scaler = torch.amp.GradScaler(setup.device.type, enabled=setup.amp == "fp16")
         progress = Progress(batches.steps(), args.epochs, args.batch_size,
                             Display(every=args.log_every, enabled=setup.rank == 0))
+        precision = Precision(autocast, scaler)
+
+        def step(batch, chi, r, clock):
+            return mutual_step(fwd, models.opts, batch, method, chi, r, clock, precision)
+
         return cls(fwd, rundir.Models(nets, models.opts, models.scheds), batches, method, args.epochs, args.seed,
-                   Precision(autocast, scaler), progress)
+                   precision, progress, graph.replayed(setup.config["graph"], step, models.opts, method, setup.device))
 
 
 def data_and_labels(args, run, setup):
@@ -198,7 +207,7 @@ def train_epoch(loop, epoch, r, k):
     names = sum_names(m)
     acc = torch.zeros(len(names), device=batches.device)           # summed on the device, read once an epoch
     hist = torch.zeros(m, 2, ENTROPY_BINS, device=batches.device)  # H(p) of each model, clean / noisy given labels
-    lr, steps = loop.models.opts[0].param_groups[0]["lr"], batches.steps()
+    lr, steps = float(loop.models.opts[0].param_groups[0]["lr"]), batches.steps()  # a tensor when replayed
     progress.start_epoch(epoch)
     losses = [names.index(f"loss_{x}") for x in NAMES[:m]]
 
@@ -208,7 +217,7 @@ def train_epoch(loop, epoch, r, k):
     for i, batch in enumerate(batches.epoch(loop.seed, epoch)):
         clock = Clock(epoch, i, steps, loop.epochs, loop.seed)
         chi = loop.method.chi(clock.t, loop.epochs, k)  # Eq. 7 at fractional epochs
-        sums, step_hist = mutual_step(loop.fwd, loop.models.opts, batch, loop.method, chi, r, clock, loop.precision)
+        sums, step_hist = loop.step(batch, chi, r, clock)
         acc += sums
         hist += step_hist
         progress.update(i + 1, running_losses)

@@ -58,8 +58,17 @@ SUITE_KEYS = {
     *(f"compile_{m}_{k}" for m in ("default", "reduce_overhead", "max_autotune_no_cudagraphs")
       for k in ("warmup_s", "step_ms", "speedup")),
     "epoch_s_compile", "epochs_100_min_compile", "compile_breakeven_epochs", "compile_pays_off",
+    "graph_step_ms_eager", "graph_step_ms_eager_fused", "graph_step_ms", "graph_ce_step_ms", "graph_step_ratio",
+    "graph_speedup", "graph_capture_s", "graph_memory_gib", "eager_memory_gib",
+    "epoch_s_graph", "epochs_100_min_graph", "peak_memory_gib_graph", "peak_reserved_gib_graph", "graph_run_speedup",
+    "graph_compile_warmup_s", "graph_compile_step_ms", "graph_compile_speedup",
+    "batched_runs", "batched_run_epochs_per_s", "batched_tflops",
 }
 CUDA_ONLY = {"sync_free", "sync_free_cases", "torchrun_nccl", "torchrun_s", "peak_memory_gib",
+             "graph_step_ms", "graph_ce_step_ms", "graph_step_ratio", "graph_speedup", "graph_capture_s",
+             "graph_memory_gib", "eager_memory_gib", "epoch_s_graph", "epochs_100_min_graph", "peak_memory_gib_graph",
+             "peak_reserved_gib_graph", "graph_run_speedup", "graph_compile_warmup_s", "graph_compile_step_ms",
+             "graph_compile_speedup",
              *(f"compile_{m}_{k}" for m in ("reduce_overhead", "max_autotune_no_cudagraphs")
                for k in ("warmup_s", "step_ms", "speedup"))}
 
@@ -87,11 +96,13 @@ def test_perf_suite_on_cpu_writes_every_key(tmp_path):
     assert saved["device_bf16_cl_over_dataloader"] == pytest.approx(ratio)
     assert saved["step_ratio"] == pytest.approx(saved["step_ms_cmd"] / saved["step_ms_ce"])
     assert saved["compile_default_speedup"] == pytest.approx(saved["eager_step_ms"] / saved["compile_default_step_ms"])
+    assert saved["batched_runs"] == [2] and set(saved["batched_tflops"]) == set(saved["batched_run_epochs_per_s"]) == {"2"}
     assert saved == {k: v for k, v in res.items()}
 
 
 def test_perf_suite_records_why_a_part_was_not_run(tmp_path):
-    res = perf_suite.main(["--device", "cpu", "--skip", "step,throughput,epochs,compile,epochs_compile", "--json",
+    res = perf_suite.main(["--device", "cpu", "--skip", "step,throughput,graph,epochs,batched,graph_compile,compile,"
+                           "epochs_compile", "--json",
                            str(tmp_path / "p.json")])
     assert res["step_ratio"] is None and res.reasons["step_ratio"] == "skipped with --skip"
     assert SUITE_KEYS <= set(res)
@@ -102,7 +113,8 @@ def test_the_prepared_gpu_check_runs_here_and_names_every_cuda_test(tmp_path):
     # perf_suite runs its small sizes (its own test above covers every part, so only the cheap ones here)
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), TEST_LIMIT="300",
-               PERF_ARGS="--small --budget 60 --skip torchrun,step,throughput,epochs,compile,epochs_compile,compile_modes")
+               PERF_ARGS="--small --budget 60 --skip torchrun,step,throughput,graph,epochs,batched,graph_compile,compile,"
+                         "epochs_compile,compile_modes")
     res = subprocess.run(["bash", "tools/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert {"env.txt", "cuda.xml", "cuda.log", "perf.json", "perf.log"} <= {p.name for p in out.iterdir()}

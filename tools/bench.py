@@ -13,6 +13,8 @@ peers         -- the same for cohorts of N = 2, 3, 4 models (--peers): the cohor
 paper_ratio   -- the appendix's CMDWithLoss (appendix_code.paper_cmd_loss) over cmd_loss, same inputs
 step_timing   -- the mutual step eager or under torch.compile: time to steady state, steady-state step
                  (perf_suite.py's compile figures)
+replay_timing, graph_figures -- the step eager, with fused SGD, and replayed as one CUDA graph or compiled
+                 whole (train.py --graph, training/graph.py): perf_suite.py's graph figures
 throughput    -- training images per second of the mutual pair (each image counted once) with the
                  device-resident pipeline and with a torchvision DataLoader pipeline; on CUDA also
                  fp32 against bf16 + channels_last
@@ -21,6 +23,7 @@ Every figure is the median of --repeats timings after --warmup untimed runs. On 
 synchronised only around each timed region.
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -38,7 +41,7 @@ from appendix_code import paper_cmd_loss
 from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import Clock, Method, Precision, mutual_step
-from training import config, datasets
+from training import config, datasets, graph
 from training.batches import Batches, Placement, Spec
 from training.errors import one_line
 
@@ -203,6 +206,75 @@ def step_timing(setup, device, mode, warmup_steps=5):
     first = time.perf_counter() - t0
     seconds = timed(step, device, 0, setup.repeats)
     return first - warmup_steps * seconds, 1e3 * seconds
+
+
+def replay_timing(setup, device, how, step="cmd"):
+    """(warmup_s, step_ms, peak_gib) of the CMD-P + MyLC step (step="cmd") or of two plain CE steps as one
+    ("ce"), on one fixed batch, through training/graph.py: how = "off" (SGD as built: foreach, a float lr),
+    "fused" (eager, fused SGD with a device-tensor lr), "capture" or "compile" (graph.replayed). warmup_s: the
+    first steps' time beyond the steady speed (graph.WARMUP eager steps and the capture, or compiling);
+    peak_gib: CUDA memory reserved at the peak, graph pools included (None on CPU)."""
+    cuda = device.type == "cuda"
+    if cuda:  # what the previous timing held goes back first
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    fmt = torch.channels_last if cuda else torch.contiguous_format
+    nets, opts = make_pair(setup, device, fmt)
+    g = torch.Generator(device).manual_seed(1)
+    x = torch.randn(setup.batch_size, 3, setup.image_size, setup.image_size, device=device,
+                    generator=g).contiguous(memory_format=fmt)
+    y = torch.randint(0, setup.num_classes, (setup.batch_size,), device=device, generator=g)
+    method, r = Method(mode="progressive", lc="mylc"), [torch.tensor(0.6, device=device)] * 2
+    precision = Precision(dict(device_type=device.type, dtype=torch.bfloat16, enabled=setup.amp == "bf16"),
+                          torch.amp.GradScaler(device.type, enabled=False))
+
+    def cmd(batch, chi, r, clock):
+        return mutual_step(nets, opts, batch, method, chi, r, clock, precision)
+
+    def ce(batch, chi, r, clock):  # step_figures' two CE steps, returning a step's (sums, hist)
+        with torch.autocast(**precision.autocast):
+            z = [net(batch[0]) for net in nets]
+        loss = sum(F.cross_entropy(z_k.float(), batch[1]) for z_k in z)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in opts:
+            opt.step()
+        return loss.detach().reshape(1), loss.detach().reshape(1)
+
+    fn = cmd if step == "cmd" else ce
+    if how == "fused":
+        graph.place_lr(opts, "capture", device)
+    run = fn if how == "fused" else graph.replayed(how, fn, opts, method, device)
+    first = graph.WARMUP + 2  # the eager steps, the capture and one replay; a compile and its CUDA-graph trees
+
+    def one():
+        run((x, y, y), 1.0, r, HALFWAY)
+
+    t0 = time.perf_counter()
+    for _ in range(first):
+        one()
+    if cuda:
+        torch.cuda.synchronize(device)
+    warm = time.perf_counter() - t0
+    seconds = timed(one, device, 0, setup.repeats)
+    peak = torch.cuda.max_memory_reserved(device) / 2 ** 30 if cuda else None
+    return warm - first * seconds, 1e3 * seconds, peak
+
+
+def graph_figures(setup, device):
+    """The step eager as train.py --graph off runs it, eager with fused SGD, and (CUDA) replayed as one CUDA
+    graph (--graph capture), with two CE steps replayed for the step ratio: perf_suite.py's graph_* figures."""
+    _, eager, eager_gib = replay_timing(setup, device, "off")
+    fig = dict(graph_step_ms_eager=eager, graph_step_ms_eager_fused=replay_timing(setup, device, "fused")[1])
+    if device.type == "cuda":
+        capture_s, graphed, graph_gib = replay_timing(setup, device, "capture")
+        ce = replay_timing(setup, device, "capture", step="ce")[1]
+        fig.update(graph_step_ms=graphed, graph_ce_step_ms=ce, graph_step_ratio=graphed / ce,
+                   graph_speedup=eager / graphed, graph_capture_s=capture_s, graph_memory_gib=graph_gib,
+                   eager_memory_gib=eager_gib)
+    return fig
 
 
 class PILDataset(torch.utils.data.Dataset):

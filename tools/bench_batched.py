@@ -32,15 +32,23 @@ TRAIN, EVAL = 7200, 720 + 10000  # the demonstration's training images; validati
 FP32_PEAK = {"H100": 67e12, "H200": 67e12}  # dense float32 (no tensor cores), NVIDIA's data sheets
 
 
-def jobs(out, runs, epochs, data_dir, device):
-    """R of the demonstration's runs (CMD-P, MyLC), lrs 0.025..0.1 and seeds 0, 1, ..., for `epochs` epochs."""
+# perf_suite.py's stand-in for Fashion-MNIST where its files are not installed: as many images, the same FLOPs
+SYNTHETIC = ["--dataset", "synthetic", "--synthetic-size", "8000", "--synthetic-test-size", "10000",
+             "--synthetic-classes", "10"]
+
+
+def jobs(out, runs, epochs, data_dir, device, data=None, extra=()):
+    """R of the demonstration's runs (CMD-P, MyLC), lrs 0.025..0.1 and seeds 0, 1, ..., for `epochs` epochs.
+    data: the data's flags (default: Fashion-MNIST in data_dir); extra: flags after the demonstration's."""
     lrs = (0.025, 0.035, 0.05, 0.07, 0.1)
+    data = data or ["--dataset", "fashionmnist", "--data-dir", data_dir]
     todo = []
     for i in range(runs):
         lr, seed = lrs[i % len(lrs)], i // len(lrs)
-        key = (["--dataset", "fashionmnist", "--data-dir", data_dir] + fmnist.BASE +
+        key = (data + fmnist.BASE +
                ["--mode", "progressive", "--lc", "mylc", "--lr", f"{lr:g}", "--seed", str(seed), "--epochs",
-                str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off"])
+                str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off",
+                *extra])
         d = os.path.join(out, f"run{i}")
         todo.append(dict(name=f"run{i}", dir=d, key=key, argv=key + ["--out", d]))
     return todo

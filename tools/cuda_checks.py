@@ -19,14 +19,17 @@ import models
 from mutual import THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step
 from training import datasets
 from training.batches import Batches, Placement, Spec
+from training.graph import replayed
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 SYNC_CASES = (("progressive", "mylc"), ("progressive", "proselflc"), ("static", "cp"), ("mkd", "ce"), ("kdcl", "ce"),
               ("coteach", "ce"), ("coteach+", "ce"), ("jocor", "ce"))
 
 
-def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
+def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2, graph="off"):
     """Samples counted by warmup + steps training steps; the last `steps` ran under set_sync_debug_mode("error").
+    graph: train.py's --graph (training/graph.py); with "capture" and warmup > graph.WARMUP, the checked steps
+    are replays, their static inputs' copies included.
 
     Two cnn in bf16 and channels_last on device-resident synthetic batches, augmented on the device with
     a CUDA generator (batches.Batches). The warm-up creates lazy state (momentum buffers). In the checked
@@ -44,16 +47,19 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2):
     batches = Batches(d.train, labels=d.train.labels, clean=d.train.labels, spec=Spec(batch_size, d.mean, d.std),
                       placement=Placement(device, memory_format=torch.channels_last))
     it = batches.epoch(0, 0)
+    precision = Precision(autocast, scaler)
+    step = replayed(graph, lambda batch, chi, r, clock: mutual_step(nets, opts, batch, method, chi, r, clock, precision),
+                    opts, method, device)
     # epoch 5, past Co-teaching+'s step rule: R(t) < 1 and disagreements for the comparators (baselines.schedule)
-    step = (method, 1.0, r, Clock(5, 1000, 2000, 10, 0), Precision(autocast, scaler))
+    clock, chi = Clock(5, 1000, 2000, 10, 0), 1.0
     acc = torch.zeros((), device=device)
     for _ in range(warmup):
-        acc = acc + mutual_step(nets, opts, next(it), *step)[0][0]
+        acc = acc + step(next(it), chi, r, clock)[0][0]
     torch.cuda.synchronize(device)
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(steps):
-            acc = acc + mutual_step(nets, opts, next(it), *step)[0][0]
+            acc = acc + step(next(it), chi, r, clock)[0][0]
     finally:
         torch.cuda.set_sync_debug_mode("default")
     return int(acc.item())

@@ -9,7 +9,12 @@ sync           -- the CUDA training step never waits for the host: set_sync_debu
 torchrun       -- train.py under a 1-process torchrun on NCCL, on tiny synthetic data
 step           -- step_ratio (bench.step_figures): a CMD-P + MyLC step over two CE steps, ResNet34 pair, bf16
 throughput     -- images/s of the pair: DataLoader fp32, device-resident fp32, device-resident bf16 + channels_last
-epochs         -- three epochs of train.py on CIFAR-100-sized synthetic data, extrapolated to 100; peak memory
+graph          -- the step eager (--graph off), eager with fused SGD, and replayed as one CUDA graph (--graph
+                  capture, the CUDA default), with two CE steps replayed: step, step_ratio, capture time, memory
+epochs         -- three epochs of train.py on CIFAR-100-sized synthetic data, extrapolated to 100; peak memory;
+                  with --graph off and, on CUDA, again with --graph capture: the two side by side
+graph_compile  -- the step under --graph compile (torch.compile of the whole step, reduce-overhead on CUDA)
+batched        -- tools.batched: R runs of the demonstration's MLP pair in one process, run-epochs/s and TFLOP/s
 compile        -- the same step eager and under torch.compile: time to steady state, steady-state step
 epochs_compile -- the three epochs again with train.py --compile: does compiling pay off over 100 epochs?
 compile_modes  -- the step under compile's CUDA-graph mode (reduce-overhead) and max-autotune-no-cudagraphs
@@ -36,7 +41,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from tools import bench
+from tools import batched, bench, bench_batched
 from tools.cuda_checks import SYNC_CASES, sync_free_samples, tail, torchrun_smoke
 from training import config
 from training.errors import one_line
@@ -60,12 +65,20 @@ class Sizes:
     train_size: int         # epochs: synthetic training and test images
     test_size: int
     workers: int            # DataLoader workers of the throughput baseline
+    batched_runs: tuple     # batched: R, the runs of each timing
+    batched_epochs: int
+    batched_flags: tuple    # ... flags after the demonstration's
+    batched_images: tuple   # ... training images, and evaluated images an epoch (validation and test)
 
 
 FULL = Sizes(arch="resnet34", run_arch="resnet34", batch_size=128, num_classes=100, rounds=3, warmup=3, repeats=10,
-             images=10240, throughput_epochs=2, train_size=50000, test_size=10000, workers=min(8, os.cpu_count() or 1))
+             images=10240, throughput_epochs=2, train_size=50000, test_size=10000, workers=min(8, os.cpu_count() or 1),
+             batched_runs=(64, 256), batched_epochs=3, batched_flags=(),
+             batched_images=(bench_batched.TRAIN, bench_batched.EVAL))
 SMALL = Sizes(arch="cnn", run_arch="mlp", batch_size=32, num_classes=10, rounds=1, warmup=1, repeats=5,
-              images=64, throughput_epochs=1, train_size=256, test_size=128, workers=0)
+              images=64, throughput_epochs=1, train_size=256, test_size=128, workers=0, batched_runs=(2,),
+              batched_epochs=2, batched_flags=("--subset", "256", "--synthetic-test-size", "128"),
+              batched_images=(230, 26 + 128))  # --val-split 0.1 of 256 keeps 26 out
 
 # part -> {key: what it is}: the table's rows in this order. Every key appears in the JSON.
 KEYS = {
@@ -89,11 +102,36 @@ KEYS = {
         "throughput_device_bf16_cl": "img/s, device-resident, bf16 autocast + channels_last",
         "device_fp32_over_dataloader": "device fp32 / DataLoader fp32",
         "device_bf16_cl_over_dataloader": "device bf16 + channels_last / DataLoader fp32 (target >= 3)"},
+    "graph": {
+        "graph_step_ms_eager": "CMD-P + MyLC step, eager (--graph off: foreach SGD, a float lr), ms",
+        "graph_step_ms_eager_fused": "the same step eager with fused SGD and a device-tensor lr, ms",
+        "graph_step_ms": "the same step replayed as one CUDA graph (--graph capture), ms",
+        "graph_ce_step_ms": "two plain CE steps replayed as one CUDA graph, ms",
+        "graph_step_ratio": "graphed CMD step / graphed two CE steps (target <= 1.03)",
+        "graph_speedup": "eager step / graphed step",
+        "graph_capture_s": "the graphed step's eager warm-up steps and capture beyond its steady steps, s",
+        "graph_memory_gib": "peak CUDA memory reserved by the graphed step, its graph's pool included, GiB",
+        "eager_memory_gib": "peak CUDA memory reserved by the eager step, GiB"},
     "epochs": {
-        "epoch_s": "train.py's three epochs (train + test), s",
+        "epoch_s": "train.py --graph off's three epochs (train + test), s",
         "epochs_100_min": "100 epochs extrapolated: epoch 1 + 99 x mean(epochs 2-3), min (target < 10)",
         "epochs_other_s": "train.py's time outside its epochs: starting Python, data, models, checkpoints, s",
-        "peak_memory_gib": "peak CUDA memory allocated during those epochs, GiB"},
+        "peak_memory_gib": "peak CUDA memory allocated during those epochs, GiB",
+        "epoch_s_graph": "train.py --graph capture's three epochs, s (epoch 1 warms up and captures)",
+        "epochs_100_min_graph": "100 epochs with --graph capture extrapolated, min (target <= 6)",
+        "peak_memory_gib_graph": "peak CUDA memory allocated during those epochs, GiB",
+        "peak_reserved_gib_graph": "peak CUDA memory reserved during those epochs (graph pools), GiB",
+        "graph_run_speedup": "100 epochs eager / 100 epochs graphed"},
+    "batched": {
+        "batched_runs": "tools.batched: R, the runs of the demonstration's MLP pair trained in one process",
+        "batched_run_epochs_per_s": "run-epochs per second at each R, start-up included (targets: >= 100 at R = "
+                                    "256 on an H200)",
+        "batched_tflops": "TFLOP/s at each R (bench_batched's count; FP32 peak 67)"},
+    "graph_compile": {
+        "graph_compile_warmup_s": "--graph compile (torch.compile of the whole step, reduce-overhead): time to "
+                                  "steady state beyond the steps' own, s",
+        "graph_compile_step_ms": "--graph compile: step, ms",
+        "graph_compile_speedup": "eager step (graph_step_ms_eager) / this step"},
     "compile": {
         "eager_warmup_s": "eager: first steps' time beyond the steady speed, s", "eager_step_ms": "eager: step, ms",
         "compile_default_warmup_s": "torch.compile: time to steady state beyond the steps' own, s",
@@ -141,7 +179,8 @@ def bench_args(sizes, arch, device):
 
 
 def compile_child(mode, sizes, device, timeout):
-    """bench.step_timing(mode) in a child with empty compile caches: (warmup_s, step_ms); RuntimeError if not."""
+    """bench.step_timing(mode) in a child with empty compile caches: (warmup_s, step_ms); RuntimeError if not.
+    mode "graph": bench.replay_timing of --graph compile."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "out.json")
         cmd = [sys.executable, "-m", "tools.perf_suite", "--child-compile", mode, "--device", device.type,
@@ -169,7 +208,8 @@ def run_flags(sizes, device):
 # the memory is the training process's, so the suite's process cannot read it
 TRAIN_WITH_PEAK = ("import atexit, runpy, sys, torch; sys.argv[0] = 'train.py'; "
                    "atexit.register(lambda: torch.cuda.is_available() and "
-                   "print('peak_memory_bytes', torch.cuda.max_memory_allocated())); "
+                   "print('peak_memory_bytes', torch.cuda.max_memory_allocated(), "
+                   "'peak_reserved', torch.cuda.max_memory_reserved())); "
                    "runpy.run_path('train.py', run_name='__main__')")
 
 
@@ -223,21 +263,73 @@ def part_throughput(res, sizes, device, budget):
                device_bf16_cl_over_dataloader=fig["device_bf16_over_dataloader_fp32"])
 
 
-def part_epochs(res, sizes, device, budget):
+def train_epochs(sizes, device, graph):
+    """train.py's three epochs with --graph graph: (epoch seconds, wall seconds, peak allocated and reserved
+    CUDA memory in GiB, or None on CPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run")
         t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, "-c", TRAIN_WITH_PEAK, *run_flags(sizes, device), "--out", out],
-                             cwd=HERE, capture_output=True, text=True)
+        run = subprocess.run([sys.executable, "-c", TRAIN_WITH_PEAK, *run_flags(sizes, device), "--graph", graph,
+                              "--out", out], cwd=HERE, capture_output=True, text=True)
         if run.returncode != 0:  # train.py's one-line errors
-            raise RuntimeError(f"train.py exited with {run.returncode}: {tail(run.stderr)}")
+            raise RuntimeError(f"train.py --graph {graph} exited with {run.returncode}: {tail(run.stderr)}")
         wall = time.perf_counter() - t0
         epochs = epoch_seconds(out)
+    if device.type != "cuda":
+        return epochs, wall, None, None
+    # the training process's own peaks, which it prints last
+    return (epochs, wall, *(float(run.stdout.split(f"{k} ")[-1].split()[0]) / 2 ** 30
+                            for k in ("peak_memory_bytes", "peak_reserved")))
+
+
+def part_epochs(res, sizes, device, budget):
+    epochs, wall, peak, _ = train_epochs(sizes, device, "off")
     res.update(epoch_s=epochs, epochs_100_min=extrapolate_min(epochs), epochs_other_s=wall - sum(epochs))
-    if device.type == "cuda":  # the training process's own peak, which it prints last
-        res["peak_memory_gib"] = float(run.stdout.split("peak_memory_bytes ")[-1]) / 2 ** 30
-    else:
-        res.null(["peak_memory_gib"], "CUDA only (torch.cuda.max_memory_allocated)")
+    graph_keys = [k for k in KEYS["epochs"] if "graph" in k]
+    if device.type != "cuda":
+        return res.null(["peak_memory_gib"] + graph_keys, "CUDA only (CUDA graphs, torch.cuda memory statistics)")
+    res["peak_memory_gib"] = peak
+    if budget() < 60:
+        return res.null(graph_keys, "the suite's --budget was spent before the graphed run")
+    graphed, _, peak, reserved = train_epochs(sizes, device, "capture")
+    res.update(epoch_s_graph=graphed, epochs_100_min_graph=extrapolate_min(graphed), peak_memory_gib_graph=peak,
+               peak_reserved_gib_graph=reserved, graph_run_speedup=res["epochs_100_min"] / extrapolate_min(graphed))
+
+
+def part_graph(res, sizes, device, budget):
+    res.update(bench.graph_figures(bench_args(sizes, sizes.run_arch, device), device))
+    res.null([k for k in KEYS["graph"] if k not in res], "CUDA only: CUDA graphs and torch.cuda memory statistics")
+
+
+def part_graph_compile(res, sizes, device, budget):
+    keys = list(KEYS["graph_compile"])
+    timeout = min(180, budget() - 10)
+    if timeout < 50:
+        return res.null(keys, "the suite's --budget was spent before this part")
+    try:
+        warmup_s, step_ms = compile_child("graph", sizes, device, timeout)
+    except RuntimeError as e:
+        return res.null(keys, str(e))
+    res.update(graph_compile_warmup_s=warmup_s, graph_compile_step_ms=step_ms)
+    if res.get("graph_step_ms_eager") is None:
+        return res.null(keys[2:], "no eager step to compare with (the graph part)")
+    res["graph_compile_speedup"] = res["graph_step_ms_eager"] / step_ms
+
+
+def part_batched(res, sizes, device, budget):
+    res.update(batched_runs=list(sizes.batched_runs), batched_run_epochs_per_s={}, batched_tflops={})
+    for runs in sizes.batched_runs:
+        if budget() < 30:
+            res.reasons["batched_runs"] = f"the suite's --budget was spent before R = {runs}"
+            break
+        with tempfile.TemporaryDirectory() as tmp:
+            todo = bench_batched.jobs(tmp, runs, sizes.batched_epochs, None, device.type, data=bench_batched.SYNTHETIC,
+                                      extra=sizes.batched_flags)
+            seconds = bench_batched.timed(lambda: batched.run_jobs(todo, device.type, log=lambda *_: None))
+        train, evaluated = sizes.batched_images
+        flop = runs * sizes.batched_epochs * 2 * bench_batched.FORWARD * (3 * train + evaluated)
+        res["batched_run_epochs_per_s"][str(runs)] = runs * sizes.batched_epochs / seconds
+        res["batched_tflops"][str(runs)] = flop / seconds / 1e12
 
 
 def compile_mode(res, mode, sizes, device, budget):
@@ -294,11 +386,13 @@ def part_epochs_compile(res, sizes, device, budget):
 
 # In the order they run: what decides the --compile default comes before the other compile modes.
 PARTS = {"sync": part_sync, "torchrun": part_torchrun, "step": part_step, "throughput": part_throughput,
-         "epochs": part_epochs, "compile": part_compile, "epochs_compile": part_epochs_compile,
-         "compile_modes": part_compile_modes}
+         "graph": part_graph, "epochs": part_epochs, "batched": part_batched, "graph_compile": part_graph_compile,
+         "compile": part_compile, "epochs_compile": part_epochs_compile, "compile_modes": part_compile_modes}
 CUDA_ONLY = {"sync": "CUDA only: set_sync_debug_mode watches CUDA synchronisations",
              "torchrun": "CUDA only: NCCL needs GPUs (test_train.py runs torchrun with gloo on CPU)",
-             "compile_modes": "CUDA only: CUDA graphs (reduce-overhead) and GPU kernel autotuning"}
+             "compile_modes": "CUDA only: CUDA graphs (reduce-overhead) and GPU kernel autotuning",
+             "graph_compile": "CUDA only: reduce-overhead's CUDA graphs (tests/test_graph.py compiles the step on the "
+                              "CPU)"}
 
 
 def run_suite(device, sizes, budget_s, skip=(), command=""):
@@ -308,7 +402,8 @@ def run_suite(device, sizes, budget_s, skip=(), command=""):
     device_name = (torch.cuda.get_device_name(device) if device.type == "cuda" else
                    f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
     res.update(device=device_name, torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-               date=time.strftime("%Y-%m-%d %H:%M"), small=sizes == SMALL, command=command, sizes=asdict(sizes),
+               date=time.strftime("%Y-%m-%d %H:%M"), small=sizes == SMALL, command=command,
+               sizes=json.loads(json.dumps(asdict(sizes))),  # as the JSON holds it: tuples as lists
                budget_s=budget_s, amp="bf16" if device.type == "cuda" else "off")
 
     def budget():
@@ -359,7 +454,7 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=480, help="seconds the suite may take; later parts are skipped")
     p.add_argument("--skip", default="", help=f"comma list of parts to skip: {', '.join(PARTS)}")
     p.add_argument("--json", help="write every figure here")
-    p.add_argument("--child-compile", choices=COMPILE_MODES, help=argparse.SUPPRESS)  # one compiled step_timing
+    p.add_argument("--child-compile", choices=COMPILE_MODES + ("graph",), help=argparse.SUPPRESS)  # one compiled timing
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error(config.NO_CUDA)
@@ -372,9 +467,12 @@ def main(argv=None):
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = device.type == "cuda"  # as train.py runs (config.pick_device)
     sizes = SMALL if args.small or device.type != "cuda" else FULL
-    if args.child_compile:
+    if args.child_compile == "graph":
+        warmup_s, step_ms, _ = bench.replay_timing(bench_args(sizes, sizes.run_arch, device), device, "compile")
+    if args.child_compile in COMPILE_MODES:
         warmup_s, step_ms = bench.step_timing(bench_args(sizes, sizes.run_arch, device), device,
                                                args.child_compile)
+    if args.child_compile:
         with open(args.json, "w") as f:
             json.dump(dict(warmup_s=warmup_s, step_ms=step_ms), f)
         return None

@@ -50,7 +50,7 @@ from training.runfiles import (append_entropy_hist, append_metrics, last_metrics
 # resumed epochs are not bit-identical to an uninterrupted run: train.py says so and config.json records it.
 RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "data_mirror", "check_images", "tensorboard",
                "provenance")
-ARITHMETIC = ("device", "compile", "amp", "channels_last")
+ARITHMETIC = ("device", "compile", "amp", "channels_last", "graph")
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
