@@ -43,7 +43,7 @@ from losses import cmd_loss, log_probs
 from mutual import Clock, Method, Precision, mutual_step
 from training import config, datasets, graph
 from training.batches import Batches, Placement, Spec
-from training.errors import one_line
+from training.errors import Parser, one_line
 
 HALFWAY = Clock(epoch=5, batch=0, batches=1, epochs=10, seed=0)  # t/Γ = 0.5, where every step below is timed
 
@@ -367,7 +367,7 @@ def main(argv=None):
     if argv[:1] == ["batched"]:
         from tools import bench_batched  # here: its own figures and flags
         return bench_batched.main(argv[1:])
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = Parser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--arch", default="cnn", help="NAME or NAME_A,NAME_B (models.ARCHS)")
     config.add_device_flag(p)

@@ -25,7 +25,7 @@ import torch
 from tools import batched, fmnist, sweep
 from tools.stats import fmt, interval, mean_std
 from training import config
-from training.errors import one_line
+from training.errors import Parser, one_line
 
 FORWARD = 2 * (768 * 512 + 512 * 512 + 512 * 10)  # FLOPs of one MLP on one image (AdaptiveAvgPool2d aside)
 TRAIN, EVAL = 7200, 720 + 10000  # the demonstration's training images; validation and test images
@@ -88,7 +88,7 @@ def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
 
 @one_line("bench batched")
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=8, help="R, the runs (default 8)")
     p.add_argument("--epochs", type=int, default=2, help="epochs of each run (default 2)")
     p.add_argument("--jobs", type=int, default=2, help="train.py processes at a time for the comparison (default 2)")

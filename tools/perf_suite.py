@@ -44,7 +44,7 @@ import torch
 from tools import batched, bench, bench_batched
 from tools.cuda_checks import SYNC_CASES, sync_free_samples, tail, torchrun_smoke
 from training import config
-from training.errors import one_line
+from training.errors import Parser, one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -447,7 +447,7 @@ def table(res):
 
 @one_line("perf_suite.py")
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = Parser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     config.add_device_flag(p)
     p.add_argument("--small", action="store_true", help="small sizes (always on without CUDA)")

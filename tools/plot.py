@@ -38,7 +38,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from training.errors import one_line
+from training.errors import Parser, one_line
 
 # ---------------------------------------------------------------- what every figure shares (tools.fmnist's too)
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
@@ -422,7 +422,7 @@ def epoch_list(text):
 
 @one_line("plot.py")
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="train.py run folders, or sweep.py sweep folders")
     p.add_argument("--out", help="output folder (default: the RUN_DIR when one is given, else plots/)")
     p.add_argument("--hist-epochs", type=epoch_list,

@@ -14,12 +14,12 @@ import torch
 
 from mutual import Method, Precision, mutual_step
 from tools import bench
-from training.errors import one_line
+from training.errors import Parser, one_line
 
 
 @one_line("profile_step.py")
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="resnet34")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--num-classes", type=int, default=100)

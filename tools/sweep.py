@@ -43,7 +43,7 @@ import warnings
 from tools import slurm
 from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, jobs, run_name, same_run
 from tools.stats import mean_std
-from training.errors import UserError, one_line
+from training.errors import Parser, UserError, one_line
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
@@ -322,7 +322,7 @@ def main(argv=None, cluster="slurm"):
     which runs each job as real processes on this machine."""
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("preset", choices=sorted(PRESETS))
     p.add_argument("--scale", choices=tuple(SCALES), default="paper",
                    help="paper: CIFAR-100 and the paper's networks (GPU); demo: synthetic data where an mlp "

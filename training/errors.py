@@ -2,6 +2,7 @@
 
 UserError -- bad input (a flag, the data, a run directory); str(error) is one line that says what to do.
              images.DataError and rundir.RunError are UserErrors, and so is each tool's own refusal.
+Parser    -- argparse's parser with a bad flag as a UserError: one line, not the usage and a line
 one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stderr and exit code 2, with no
              traceback; Ctrl-C a line and exit code 130 (128 + SIGINT, what a shell reports for it). Any other
              exception is a bug, and keeps its traceback.
@@ -9,7 +10,9 @@ one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stde
 Every input is checked before the first file is written, so a refused run leaves nothing behind.
 No torch here: the tools that need none (plot, sweep) import this without it.
 """
+import argparse
 import contextlib
+import os
 import sys
 
 
@@ -29,3 +32,13 @@ def one_line(prog, stopped="stopped by Ctrl-C"):
     except KeyboardInterrupt:
         print(f"{prog}: {stopped}", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose bad flag is a UserError, so that one_line reports it like any other bad input:
+    one line, exit 2 (argparse's own error prints the usage too)."""
+
+    def error(self, message):
+        script = os.path.abspath(sys.argv[0])  # python -m tools.NAME runs tools/NAME.py
+        tool = os.path.basename(os.path.dirname(script)) == "tools"
+        raise UserError(f"{message} (see {f'python -m tools.{os.path.basename(script)[:-3]}' if tool else self.prog} --help)")
