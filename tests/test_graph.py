@@ -15,7 +15,7 @@ from test_cuda_config import has_cpp_compiler
 from test_train import TINY, metrics
 
 import train
-from mutual import Clock, Method, Precision, mutual_step, sum_names
+from mutual import Clock, Comparators, Method, Precision, mutual_step, sum_names
 from tools import cuda_checks
 from training import graph, rundir
 
@@ -58,7 +58,7 @@ def train_steps(how, method, epochs=2, steps=10):
 
 @pytest.mark.skipif(not has_cpp_compiler(), reason="torch.compile on CPU (inductor) needs a C++ compiler")
 @pytest.mark.parametrize("method,backend", [(Method(mode="progressive", lc="mylc", eta=2.0), "inductor"),
-                                            (Method(mode="coteach", lc="ce", forget_rate=0.4, num_gradual=1),
+                                            (Method(mode="coteach", lc="ce", comparators=Comparators(forget_rate=0.4, num_gradual=1)),
                                              "aot_eager")], ids=["cmd-p-mylc", "coteach"])
 def test_the_compiled_step_equals_the_eager_step(monkeypatch, method, backend):
     # 20 steps over two epochs: the lr falls tenfold after the first (a tensor the schedule fills in place), and
@@ -95,11 +95,11 @@ def test_a_new_graph_exactly_where_the_step_reads_a_new_host_number():
     cmd = Method(mode="progressive")  # chi and t/Γ move every step, but reach the replay as tensors
     assert len({graph.key(cmd, c, x) for c in clocks}) == 1
     assert graph.key(cmd, clocks[0], x) != graph.key(cmd, clocks[0], [torch.zeros(N - 1, 3, 4, 4)])  # the last batch
-    coteach = Method(mode="coteach", forget_rate=0.4, num_gradual=10)  # R(t) moves for 10 epochs, then stays
+    coteach = Method(mode="coteach", comparators=Comparators(forget_rate=0.4, num_gradual=10))  # R(t) moves for 10 epochs, then stays
     assert [len({graph.key(coteach, Clock(e, i, 400, 20, 0), x) for i in (0, 399)}) for e in (0, 15)] == [1, 1]
     assert graph.key(coteach, Clock(0, 0, 400, 20, 0), x) != graph.key(coteach, Clock(1, 0, 400, 20, 0), x)
     assert graph.key(coteach, Clock(10, 0, 400, 20, 0), x) == graph.key(coteach, Clock(15, 0, 400, 20, 0), x)
-    plus = Method(mode="coteach+", forget_rate=0.4, num_gradual=10)  # its step rule flips at (epoch + 1) i = 5000
+    plus = Method(mode="coteach+", comparators=Comparators(forget_rate=0.4, num_gradual=10))  # its step rule flips at (epoch + 1) i = 5000
     assert graph.key(plus, clocks[2], x) != graph.key(plus, clocks[3], x)
 
 
