@@ -72,8 +72,7 @@ def main(argv=None):
     mutual_step (Eqs. 3-8), and the report. Returns summary.json's numbers (None on ranks other than 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = resolve(get_args(argv))
-    method = method_of(args)
-    setup = Setup.of(args)
+    method, setup = method_of(args), Setup.of(args)  # the method's settings; the device, precision and record
     setup.config["graph"] = graph.resolve(args.graph, setup.device, setup.amp, method, dist.is_initialized(),
                                           args.compile)  # the step recorded once and replayed, or eager
     run = open_run(args, setup)

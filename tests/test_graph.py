@@ -111,7 +111,9 @@ def test_a_new_graph_exactly_where_the_step_reads_a_new_host_number():
     ("capture", "cpu", {}, "needs a CUDA device"), ("compile", "cuda", dict(amp="fp16"), "GradScaler"),
     ("capture", "cuda", dict(select="shuffled"), "seeded on the host"),
     ("capture", "cuda", dict(distributed=True), "DistributedDataParallel")])
-def test_graph_auto_captures_where_the_replay_is_exact_and_refuses_the_rest(capsys, choice, device, extra, expected):
+def test_graph_auto_captures_where_the_replay_is_exact_and_refuses_the_rest(capsys, monkeypatch, choice, device, extra,
+                                                                            expected):
+    monkeypatch.setattr(graph, "CAPTURE_BY_DEFAULT", True)  # the rule auto follows once a device has checked it
     args = {**dict(amp="off", select="confident", distributed=False, compiled_models=False), **extra}
     resolve = lambda: graph.resolve(choice, torch.device(device), args["amp"], Method(select=args["select"]),  # noqa: E731
                                     args["distributed"], args["compiled_models"])
@@ -121,6 +123,11 @@ def test_graph_auto_captures_where_the_replay_is_exact_and_refuses_the_rest(caps
         with pytest.raises(SystemExit) as e:
             resolve()
         assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_until_a_device_has_checked_the_capture_auto_is_eager_on_cuda():
+    # the main command's default stays the eager step until the cuda tests above have passed on a device
+    assert graph.resolve("auto", torch.device("cuda"), "bf16", Method(), False, False) == "off"
 
 
 def test_a_compiled_run_resumes_bit_for_bit(tmp_path, monkeypatch):

@@ -211,8 +211,9 @@ def parser():
     g.add_argument("--graph", choices=("auto", "capture", "compile", "off"), default="auto",
                    help="the whole training step recorded once and replayed (training/graph.py): capture = one CUDA "
                         "graph; compile = torch.compile of the step (reduce-overhead on CUDA, default mode on CPU); "
-                        "off = eager; auto: capture on CUDA, off on CPU and where a replay cannot do what the eager "
-                        "step does (--amp fp16, --select shuffled, torchrun, --compile)")
+                        "off = eager; auto: eager until the capture has passed its CUDA tests on a device "
+                        "(graph.CAPTURE_BY_DEFAULT), then capture on CUDA, off on CPU and where a replay cannot do "
+                        "what the eager step does (--amp fp16, --select shuffled, torchrun, --compile)")
     g.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="DataLoader workers for datasets read from disk")
     g.add_argument("--out", help="run directory (default runs/<dataset>-<noise><rate>-<mode>[-eta<η>][-b<b>]-<lc>-<arch>"
