@@ -79,6 +79,9 @@ def settings(args, rest):
             config.fail(f"unknown architecture in --arch {args.arch}; choose from {', '.join(models.ARCHS)}")
         flags = vars(config.get_args(rest))  # train.py's data flags, at its defaults where not given
         return argparse.Namespace(**{**flags, **given}), list(zip(args.weights, archs * len(args.weights))), None, "auto"
+    if os.path.isfile(args.run):
+        config.fail(f"{args.run} is a file, not a run folder: give train.py's --out, or pass --weights {args.run} "
+                    "--arch NAME for a weights file")
     if not os.path.isdir(args.run):
         config.fail(f"{args.run} does not exist; check the path")
     try:

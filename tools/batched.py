@@ -1,4 +1,4 @@
-"""Many runs of a small model pair in one process: a grid trained at once with torch.func, equal to train.py's runs.
+r"""Many runs of a small model pair in one process: a grid trained at once with torch.func, equal to train.py's runs.
 
     python -m tools.batched --dataset synthetic --arch mlp --epochs 3 --mode zero,progressive --lr 0.05,0.1 \
         --seed 0,1 --out runs/grid        # 8 runs, in runs/grid/<name>/ with train.py's files

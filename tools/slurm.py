@@ -77,7 +77,7 @@ def check(args, todo, cluster):
         import submitit  # noqa: F401  (optional: imported only where jobs are submitted or asked about)
     except ImportError:
         raise UserError("--launcher slurm needs submitit: pip install 'submitit>=1.5,<2'") from None
-    if cluster == "slurm" and shutil.which("srun") is None:
+    if cluster == "slurm" and shutil.which("srun") is None and not args.dry_run:  # a dry run submits nothing
         raise UserError("--launcher slurm finds no Slurm here (no srun on PATH); run it on the cluster's login node")
     if args.slurm_time is None:
         raise UserError("--launcher slurm needs --slurm-time MINUTES, each job's time limit")
