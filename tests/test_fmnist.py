@@ -478,3 +478,14 @@ def test_the_recipe_end_to_end_on_a_few_hundred_images_preconditions_first(tmp_p
         assert label in report, label
     runs = fmnist.load_dir(where)
     assert len(runs) == 8 and runs["report/mylc-cmdp-lr0.1-s0"]["flags"][-2:] == ["--seed", "0"]
+
+
+def test_the_recipe_trains_train_py_processes_even_on_a_gpu(tmp_path, monkeypatch):
+    # tools.batched refuses BatchNorm, which the recipe's ResNets have: its runs go to train.py processes
+    # unless --batched is asked for, whatever the device
+    engines = []
+    monkeypatch.setattr(fmnist.batched, "run_grid", lambda todo, jobs, device, engine: engines.append(engine) or {})
+    out = str(tmp_path / "fm")
+    fmnist.main(["recipe", "preconditions", "--out", out, "--device", "cuda"])
+    fmnist.main(["recipe", "preconditions", "--out", out, "--device", "cuda", "--batched"])
+    assert engines == [False, True]  # the MLP studies' default (None) lets the device decide
