@@ -7,9 +7,9 @@ import shlex
 import numpy as np
 import pytest
 import torch
+from test_cuda_config import has_cpp_compiler
 
 import train
-from test_cuda_config import has_cpp_compiler
 from losses import log_probs
 from mutual import Clock, Precision, mutual_step, sum_names
 from tools import batched
