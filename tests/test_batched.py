@@ -7,12 +7,13 @@ import shlex
 import numpy as np
 import pytest
 import torch
+from test_cuda_config import has_cpp_compiler
 
 import train
 from losses import log_probs
 from mutual import Clock, Precision, mutual_step, sum_names
 from tools import batched
-from training import build
+from training import build, graph
 
 T = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "96", "--synthetic-test-size", "48",
      "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "3"]
@@ -185,3 +186,52 @@ def test_every_batched_command_shown_in_the_docs_is_accepted():
         out = argv.index("--out")
         for _, run_argv in batched.expand(argv[:out] + argv[out + 2:], zipped=False):
             batched.check(dict(args=batched.resolved(run_argv + ["--out", "runs/x"]), dir="runs/x", key=run_argv))
+
+
+# ---------------------------------------------------------------- the step replayed: --graph (training/graph.py)
+GRID = ["--zip", "--lr", "0.05,0.1,0.2", "--seed", "0,1,2", "--eta", "1.5,1.2,1.8", "--mode",
+        "progressive,progressive,progressive", "--lc", "mylc"]  # zipped: 3 runs, each its own lr, seed and chi
+
+
+def grid_rows(tmp_path, flags, how):
+    out = str(tmp_path / how)
+    assert batched.main(flags + GRID + ["--graph", how, "--out", out]) == 0
+    names = sorted(os.listdir(out))
+    assert len(names) == 3 and all(json.load(open(os.path.join(out, n, "config.json")))["graph"] == how for n in names)
+    return [rows(os.path.join(out, n)) for n in names]
+
+
+@pytest.mark.skipif(not has_cpp_compiler(), reason="torch.compile on CPU (inductor) needs a C++ compiler")
+def test_the_compiled_batched_step_equals_the_eager_one(tmp_path, monkeypatch):
+    # 3 runs with their own lr, seed and eta, CMD-P + MyLC, 5 epochs of 4 steps (the last one smaller: its own key):
+    # chi and t/Γ move every step, each run's lr falls tenfold after epoch 2 (the tensor sgd reads, filled in
+    # place) and r after every epoch. aot_eager: the graphs inductor would compile, without generating code, to
+    # keep the test short.
+    monkeypatch.setitem(graph.COMPILE, "cpu", dict(backend="aot_eager"))
+    torch._dynamo.reset()
+    flags = T[:5] + ["128"] + T[6:-1] + ["5", "--milestones", "2"]
+    eager = grid_rows(tmp_path, flags, "off")
+    compiled = grid_rows(tmp_path, flags, "compile")
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the step really ran compiled
+    for a, b in zip(eager, compiled):
+        assert len(a) == len(b) == 5 and [r["lr"] for r in a] == [r["lr"] for r in b]
+        assert a[2]["lr"] == pytest.approx(a[1]["lr"] / 10)
+        for ra, rb in zip(a, b):
+            for k, v in ra.items():
+                if k != "seconds" and isinstance(v, float):
+                    assert rb[k] == pytest.approx(v, rel=0, abs=1e-5), (k, ra["epoch"])
+    assert eager[0][-1]["train_loss_a"] != eager[1][-1]["train_loss_a"]  # the runs differ: each reads its own
+    assert len({r["chi"] for a in eager for r in a[:1]}) == 3  # chi: one per run
+    assert any(0 < r["selected_b2a"] < 1 for a in eager for r in a)  # chi decides: some samples taught, some not
+
+
+@pytest.mark.cuda
+def test_the_captured_batched_step_equals_the_eager_one_on_cuda(tmp_path, monkeypatch):
+    monkeypatch.setattr(graph, "WARMUP", 1)  # the last, smaller batch is captured in epoch 2
+    flags = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "600", "--synthetic-test-size", "500",
+             "--synthetic-classes", "10", "--batch-size", "64", "--epochs", "3", "--milestones", "1,2", "--device",
+             "cuda", "--workers", "0", "--amp", "off"]
+    eager, captured = grid_rows(tmp_path, flags, "off"), grid_rows(tmp_path, flags, "capture")
+    for a, b in zip(eager, captured):
+        assert max(abs(x[f"train_loss_{m}"] - y[f"train_loss_{m}"]) for x, y in zip(a, b) for m in "ab") <= 1e-4
+        assert max(abs(x[f"test_acc_{m}"] - y[f"test_acc_{m}"]) for x, y in zip(a, b) for m in "ab") <= 100 / 500 + 1e-9

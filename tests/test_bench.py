@@ -62,13 +62,14 @@ SUITE_KEYS = {
     "graph_speedup", "graph_capture_s", "graph_memory_gib", "eager_memory_gib",
     "epoch_s_graph", "epochs_100_min_graph", "peak_memory_gib_graph", "peak_reserved_gib_graph", "graph_run_speedup",
     "graph_compile_warmup_s", "graph_compile_step_ms", "graph_compile_speedup",
-    "batched_runs", "batched_run_epochs_per_s", "batched_tflops",
+    "batched_runs", "batched_run_epochs_per_s", "batched_tflops", "batched_run_epochs_per_s_graph",
+    "batched_tflops_graph", "batched_graph_speedup",
 }
 CUDA_ONLY = {"sync_free", "sync_free_cases", "torchrun_nccl", "torchrun_s", "peak_memory_gib",
              "graph_step_ms", "graph_ce_step_ms", "graph_step_ratio", "graph_speedup", "graph_capture_s",
              "graph_memory_gib", "eager_memory_gib", "epoch_s_graph", "epochs_100_min_graph", "peak_memory_gib_graph",
              "peak_reserved_gib_graph", "graph_run_speedup", "graph_compile_warmup_s", "graph_compile_step_ms",
-             "graph_compile_speedup",
+             "graph_compile_speedup", "batched_run_epochs_per_s_graph", "batched_tflops_graph", "batched_graph_speedup",
              *(f"compile_{m}_{k}" for m in ("reduce_overhead", "max_autotune_no_cudagraphs")
                for k in ("warmup_s", "step_ms", "speedup"))}
 

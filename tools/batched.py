@@ -42,7 +42,7 @@ from label_correction import confidence_from_sum
 from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
                     step_sums, sum_names)
 from noise import add_noise
-from training import build, rundir, runfiles
+from training import build, graph, rundir, runfiles
 from training.batches import Batches
 from training.config import get_args, method_of, pick_device, resolve
 from training.errors import UserError, one_line
@@ -151,6 +151,7 @@ class Runs:
         self.params = [stack_module_state([n[j] for n in nets])[0] for j in range(self.m)]
         self.momentum = [{} for _ in range(self.m)]
         self.r = [torch.zeros(len(runs), device=device) for _ in range(self.m)]  # MyLC's r: 0 before epoch 1
+        self.lr_t = torch.zeros(len(runs), device=device)  # each run's lr as sgd reads it: filled each epoch
         self.methods = [method_of(run["args"]) for run in runs]
 
     def lr(self):
@@ -161,8 +162,9 @@ class Runs:
             return [functional_call(self.base[j], params[j], (x,)) for j in range(self.m)]
 
     def sgd(self, lr, a):
-        """torch.optim.SGD's update (momentum, weight decay, no dampening) on the stacks, each run its own lr."""
-        lr = torch.tensor(lr, device=self.device)
+        """torch.optim.SGD's update (momentum, weight decay, no dampening) on the stacks, each run its own lr: a
+        list, or a device tensor of them (lr_t, which a replayed step reads)."""
+        lr = lr if torch.is_tensor(lr) else torch.tensor(lr, device=self.device)
         with torch.no_grad():
             for params, bufs in zip(self.params, self.momentum):
                 for name, p in params.items():
@@ -173,9 +175,11 @@ class Runs:
                     p.grad = None
 
 
-def step(runs, batch, chi, clock, autocast):
-    """One training step of every run: R x (x, y, y_clean) batches -> (sums (R, S), histograms (R, M, 2, bins))."""
-    x, y, y_clean = (torch.stack(t) for t in zip(*batch))
+def step(runs, batch, chi, clock, autocast, r=None):
+    """One training step of every run: R x (x, y, y_clean) batches, or the three stacked (R, N, ...) ->
+    (sums (R, S), histograms (R, M, 2, bins)). chi: (R,) or None; r: MyLC's r, M x (R,) (default runs.r)."""
+    x, y, y_clean = batch if torch.is_tensor(batch[0]) else (torch.stack(t) for t in zip(*batch))
+    r = runs.r if r is None else r
     method = runs.methods[0]  # the group shares everything an objective reads but chi (mutual.cmd_objective)
     objective = objective_for(method, runs.m)
     draws = (torch.stack([shuffle_draws(run["args"].seed, clock.epoch, clock.batch, runs.m, y.shape[1], runs.device)
@@ -189,7 +193,7 @@ def step(runs, batch, chi, clock, autocast):
 
     chi_dim = None if chi is None else 0
     total, sums, h = vmap(one, in_dims=(0, 0, 0, 0, chi_dim, 0, None if draws is None else 0))(
-        runs.params, x, y, y_clean, chi, runs.r, draws)
+        runs.params, x, y, y_clean, chi, r, draws)
     total.sum().backward()  # each run's gradient is its own total's: the runs share no parameter
     noisy = (y != y_clean).float().repeat_interleave(runs.m, 0)  # (R M, N)
     hist = entropy_histogram(h.flatten(0, 1), noisy, runs.k).view(len(runs.runs), runs.m, 2, ENTROPY_BINS)
@@ -228,12 +232,21 @@ def train(group_runs, device, log=print):
     amp = runs.setups[0].amp  # train.py's precision for this device: bf16 autocast on CUDA unless --amp off
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
+    how = graph.resolve(a0.graph, device, amp, runs.methods[0], False, False)  # --graph, as train.py reads it
+
+    def trained(batch, chi, r, clock):
+        """step and SGD's update with each run's lr: what graph.Replayed records and replays under --graph."""
+        sums, h = step(runs, batch, chi, clock, autocast, r)
+        runs.sgd(runs.lr_t, a0)
+        return sums, h
+
+    trained = graph.replayed(how, trained, (), runs.methods[0], device)  # no optimiser: lr_t is the lr
     for run, setup in zip(group_runs, runs.setups):
         for f in FILES + ("diverged.json",):
             if os.path.exists(os.path.join(run["dir"], f)):
                 os.remove(os.path.join(run["dir"], f))
         os.makedirs(run["dir"], exist_ok=True)
-        config = dict(setup.config, provenance=dict(rundir.provenance(device, 1), engine="tools.batched",
+        config = dict(setup.config, graph=how, provenance=dict(rundir.provenance(device, 1), engine="tools.batched",
                                                     group_size=len(group_runs)))
         runfiles.write_json(run["dir"], "config.json", config)
         np.save(os.path.join(run["dir"], "noisy_labels.npy"), run["noisy"])
@@ -244,6 +257,7 @@ def train(group_runs, device, log=print):
     for epoch in range(a0.epochs):
         t0 = time.time()
         lr = runs.lr()
+        runs.lr_t.copy_(torch.tensor(lr))  # in place: a replayed step reads this tensor
         acc = torch.zeros(len(group_runs), len(names), device=device)
         hist = torch.zeros(len(group_runs), runs.m, 2, ENTROPY_BINS, device=device)
         epochs = [b.epoch(run["args"].seed, epoch) for b, run in zip(runs.batches, group_runs)]
@@ -251,8 +265,7 @@ def train(group_runs, device, log=print):
             clock = Clock(epoch, i, steps, a0.epochs, 0)  # the seed of each run's shuffle_draws is its own
             chis = [m.chi(clock.t, a0.epochs, k) for m in runs.methods]
             chi = None if chis[0] is None else torch.tensor(chis, dtype=torch.float64, device=device)
-            sums, h = step(runs, [next(e) for e in epochs], chi, clock, autocast)
-            runs.sgd(lr, a0)
+            sums, h = trained([torch.stack(t) for t in zip(*(next(e) for e in epochs))], chi, runs.r, clock)
             acc += sums
             hist += h
         s_all = acc.tolist()

@@ -126,7 +126,11 @@ KEYS = {
         "batched_runs": "tools.batched: R, the runs of the demonstration's MLP pair trained in one process",
         "batched_run_epochs_per_s": "run-epochs per second at each R, start-up included (targets: >= 100 at R = "
                                     "256 on an H200)",
-        "batched_tflops": "TFLOP/s at each R (bench_batched's count; FP32 peak 67)"},
+        "batched_tflops": "TFLOP/s at each R (bench_batched's count; FP32 peak 67)",
+        "batched_run_epochs_per_s_graph": "the same with tools.batched --graph capture (its step one CUDA graph), "
+                                          "at each R",
+        "batched_tflops_graph": "TFLOP/s at each R, --graph capture",
+        "batched_graph_speedup": "run-epochs/s graphed / eager, at each R"},
     "graph_compile": {
         "graph_compile_warmup_s": "--graph compile (torch.compile of the whole step, reduce-overhead): time to "
                                   "steady state beyond the steps' own, s",
@@ -317,19 +321,30 @@ def part_graph_compile(res, sizes, device, budget):
 
 
 def part_batched(res, sizes, device, budget):
-    res.update(batched_runs=list(sizes.batched_runs), batched_run_epochs_per_s={}, batched_tflops={})
+    """tools.batched at each R: eager (--graph off), then on CUDA its step replayed as a CUDA graph (--graph
+    capture), side by side."""
+    hows = ("off", "capture") if device.type == "cuda" else ("off",)
+    graph_keys = [k for k in KEYS["batched"] if "graph" in k]
+    res.update(batched_runs=list(sizes.batched_runs), **{k: {} for k in KEYS["batched"] if k != "batched_runs"})
+    if device.type != "cuda":
+        res.null(graph_keys, "CUDA only (tools.batched --graph capture records a CUDA graph)")
     for runs in sizes.batched_runs:
-        if budget() < 30:
-            res.reasons["batched_runs"] = f"the suite's --budget was spent before R = {runs}"
-            break
-        with tempfile.TemporaryDirectory() as tmp:
-            todo = bench_batched.jobs(tmp, runs, sizes.batched_epochs, None, device.type, data=bench_batched.SYNTHETIC,
-                                      extra=sizes.batched_flags)
-            seconds = bench_batched.timed(lambda: batched.run_jobs(todo, device.type, log=lambda *_: None))
-        train, evaluated = sizes.batched_images
-        flop = runs * sizes.batched_epochs * 2 * bench_batched.FORWARD * (3 * train + evaluated)
-        res["batched_run_epochs_per_s"][str(runs)] = runs * sizes.batched_epochs / seconds
-        res["batched_tflops"][str(runs)] = flop / seconds / 1e12
+        for how in hows:
+            if budget() < 30:
+                res.reasons["batched_runs"] = f"the suite's --budget was spent before R = {runs}, --graph {how}"
+                return
+            with tempfile.TemporaryDirectory() as tmp:
+                todo = bench_batched.jobs(tmp, runs, sizes.batched_epochs, None, device.type,
+                                          data=bench_batched.SYNTHETIC, extra=(*sizes.batched_flags, "--graph", how))
+                seconds = bench_batched.timed(lambda: batched.run_jobs(todo, device.type, log=lambda *_: None))
+            train, evaluated = sizes.batched_images
+            flop = runs * sizes.batched_epochs * 2 * bench_batched.FORWARD * (3 * train + evaluated)
+            tail = "" if how == "off" else "_graph"
+            res["batched_run_epochs_per_s" + tail][str(runs)] = runs * sizes.batched_epochs / seconds
+            res["batched_tflops" + tail][str(runs)] = flop / seconds / 1e12
+        if len(hows) == 2:
+            r = str(runs)
+            res["batched_graph_speedup"][r] = res["batched_run_epochs_per_s_graph"][r] / res["batched_run_epochs_per_s"][r]
 
 
 def compile_mode(res, mode, sizes, device, budget):

@@ -12,7 +12,7 @@ eager step (no drop_last).
 
 resolve   -- what --graph auto|capture|compile|off does in this run, or one line saying why it cannot
 replayed  -- the loop's step (batch, chi, r, clock) -> (sums, hist): eager, or a Replayed of it
-Replayed  -- the step captured (torch.cuda.CUDAGraph) or compiled (torch.compile), with its static inputs
+Replayed  -- train.py's step, or tools.batched's vmapped step of R runs (chi and r one per run), captured (torch.cuda.CUDAGraph) or compiled (torch.compile), with its static inputs
 key       -- what a captured step bakes in from host numbers
 place_lr  -- the optimisers' lr as the step reads it: a float, or a device tensor for a replay
 """
@@ -103,15 +103,15 @@ class Replayed:
     each batch shape on a side stream, then one capture per key, replayed every step) or "compile"
     (torch.compile of the step, COMPILE's options). Called as the step is; returns new tensors each step.
 
-    chi, t/Γ and r are copied into one set of static device tensors before every step; each graph copies the
-    batch into its own. The clock the replay reads is a namespace holding t/Γ as that tensor, and, for the
+    chi, t/Γ and r are copied into one set of static device tensors before every step (chi: a float, or one
+    per run as tools.batched gives it); each graph copies the batch into its own. The clock the replay reads is a namespace holding t/Γ as that tensor, and, for the
     small-loss comparators, the host numbers of the first clock of its key (the others give the same key).
     """
 
     def __init__(self, how, step, method, device):
         self.how, self.step, self.method, self.device = how, step, method, device
-        self.chi = torch.zeros((), dtype=torch.float64, device=device)       # float64: the eager step's Python
-        self.progress = torch.zeros((), dtype=torch.float64, device=device)  # floats, to the same rounding
+        self.chi = None                            # float64: the eager step's Python floats, to the same
+        self.progress = torch.zeros((), dtype=torch.float64, device=device)  # rounding; made on the first step
         self.r = None                              # MyLC's r of each model, made on the first step
         self.clocks = {}                           # key -> the clock the replay reads
         self.graphs = {}                           # capture: batch shape -> its Graph
@@ -148,8 +148,10 @@ class Replayed:
     def load(self, k, chi, r, clock):
         """Copy this step's chi, t/Γ and r into the static tensors; the clock the replay reads, for key k.
         fill_ and copy_ on the device: nothing waits for it."""
-        if chi is not None:
-            self.chi.fill_(chi)
+        if chi is not None:  # a float (train.py), or a tensor of each run's chi (tools.batched)
+            if self.chi is None:
+                self.chi = torch.zeros(getattr(chi, "shape", ()), dtype=torch.float64, device=self.device)
+            self.chi.copy_(chi) if torch.is_tensor(chi) else self.chi.fill_(chi)
         self.progress.fill_(clock.progress)
         if self.r is None:
             self.r = [torch.empty_like(r_k) for r_k in r]
