@@ -735,7 +735,9 @@ class Run(NamedTuple):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         trained = sum(not finished(j["dir"]) for j in todo)  # a finished run with other flags fails in run_grid
-        failed = batched.run_grid(todo, self.args.jobs, self.device(), self.args.batched)
+        # the recipe's ResNets have BatchNorm, which tools.batched refuses: one train.py process per run
+        engine = False if self.study is RECIPE_STUDY and self.args.batched is None else self.args.batched
+        failed = batched.run_grid(todo, self.args.jobs, self.device(), engine)
         for j in todo:
             if j["name"] in failed and "NaN" in failed[j["name"]]:
                 with open(os.path.join(j["dir"], "diverged.json"), "w") as f:
