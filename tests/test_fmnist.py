@@ -189,6 +189,10 @@ def test_dry_run_prints_the_stages_train_py_commands_and_writes_nothing(tmp_path
     assert len(lines) == (sum(len(DEMO.grids[0.4][r]) for r in TUNED) + 1) * len(fmnist.SELECT_SEEDS)  # + clean
     for line in lines[:3]:
         config.resolve(config.get_args(shlex.split(line)[2:]))  # train.py accepts it
+    flags = [[a for a in shlex.split(line) if a.startswith("--")] for line in lines]
+    assert all(len(f) == len(set(f)) for f in flags)  # each flag once
+    clean = shlex.split(next(line for line in lines if "/clean-" in line))
+    assert clean[clean.index("--noise") + 1] == "none" and clean[clean.index("--rate") + 1] == "0"
     assert not os.path.exists(out)
 
 
@@ -394,7 +398,11 @@ def test_the_demos_regime_runs_train_py_and_says_whether_the_preconditions_hold(
     (["demo", "select", "--rate", "0.6"], "--rate 0.6: the declared grids are for 0.4"),
     (["demo", "report"], "choice.json not found"),
     (["demo", "select", "--noise", "pair"], "--noise pair: only the recipe declares pair-flip noise"),
-    (["recipe", "select"], "recipe has the stages preconditions, report, not select"),
+    (["recipe", "select"], "recipe has the stages wave, pack, report, not select"),
+    (["recipe", "wave", "--rate", "0.6"], "the recipe is declared in tools/recipe.py"),
+    (["recipe", "report", "--noise", "pair"], "--noise is the wave's"),
+    (["attribution", "select", "--mps"], "--mps: the recipe's flags"),
+    (["recipe", "pack"], "recipe pack takes a wave's folder"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
@@ -422,70 +430,3 @@ def test_every_fmnist_command_shown_in_the_docs_is_accepted(tmp_path, capsys):
         out = str(fm) if argv[0] == "demo" else "/nonexistent/never"
         assert fmnist.main(argv[:cut] + ["--dry-run", "--out", out] + argv[cut:]) == 0, line
     capsys.readouterr()
-
-
-# ---------------------------------------------------------------- the recipe: Table 1's shape in the paper's recipe
-@pytest.mark.parametrize("noise", ["sym", "pair"])
-def test_the_recipe_is_declared_and_its_dry_run_prints_the_preconditions_rows_first(tmp_path, capsys, noise):
-    from training import config  # train.py's parser: the commands run as printed
-    out = str(tmp_path / "fm")
-    assert fmnist.main(["recipe", "preconditions", "--noise", noise, "--out", out, "--dry-run"]) == 0
-    first = capsys.readouterr().out.strip().splitlines()
-    row_of = lambda line: re.search(r"/report/(\S+)-lr0\.1-s\d ", line).group(1)  # noqa: E731
-    assert len(first) == 3 + 2 and {row_of(line) for line in first} == {"ce-zero", "clean"}  # CE 3 seeds, clean 2
-    assert fmnist.main(["recipe", "report", "--noise", noise, "--out", out, "--dry-run"]) == 0
-    every = capsys.readouterr().out.strip().splitlines()
-    assert len(every) == 7 * 3 + 2 and set(first) <= set(every)
-    got = {}
-    for line in every:
-        a = config.resolve(config.get_args(shlex.split(line)[2:]))
-        assert (a.dataset, a.arch, a.val_split, a.augment, a.subset) == ("fashionmnist", "resnet18,resnet18", 0.1, "paper", None)
-        assert (a.momentum, a.weight_decay, a.batch_size, a.lr, a.epochs, list(a.milestones), a.lr_decay) == (
-            0.9, 5e-4, 128, 0.1, 100, [50, 80], 0.1)  # the appendix's, the same for every row
-        got.setdefault(row_of(line), set()).add((a.seed, a.noise, a.rate, a.mode, a.lc, a.eta, a.b, a.forget_rate))
-    assert all(len({x[0] for x in v}) == (2 if row == "clean" else 3) for row, v in got.items())  # paired by seed
-    one = {row: next(iter(v))[1:] for row, v in got.items()}
-    assert one["clean"][:2] == ("none", 0.0) and all(one[r][:2] == (noise, 0.4) for r in one if r != "clean")
-    assert one["mylc-cmdp"][2:6] == ("progressive", "mylc", 4.0, -5.0) and one["mylc-cmds"][2:6] == ("static", "mylc", 4.0, 0.0)
-    assert one["mylc-all"][2:4] == ("all", "mylc") and one["proselflc-zero"][2:4] == ("zero", "proselflc")
-    assert one["coteach"][2] == "coteach" and one["coteach"][6] == 0.4  # tau = the noise rate
-    assert not os.path.exists(out)
-
-
-def test_the_recipe_end_to_end_on_a_few_hundred_images_preconditions_first(tmp_path, monkeypatch, capsys):
-    write_idx(tmp_path / "data", n_train=300, n_test=60)
-    monkeypatch.setattr(fmnist, "RECIPE", ["--arch", "cnn", "--val-split", "0.1", "--augment", "paper", "--epochs", "2",
-                                           "--milestones", "1", "--lr-decay", "0.1", "--momentum", "0.9",
-                                           "--weight-decay", "5e-4", "--batch-size", "32", "--noise", "sym",
-                                           "--rate", "0.4"])
-    monkeypatch.setattr(fmnist, "RECIPE_SEEDS", (0,))
-    monkeypatch.setattr(fmnist, "CLEAN_SEEDS", (0,))
-    out = str(tmp_path / "fm")
-    argv = ["--noise", "pair", "--out", out, "--data-dir", str(tmp_path / "data"), "--no-batched", "--jobs", "2",
-            "--device", "cpu"]  # the CNN's BatchNorm keeps tools.batched out: train.py processes
-    with pytest.raises(SystemExit) as e:
-        fmnist.main(["recipe", "report", *argv])
-    assert e.value.code == 2 and "preconditions first" in capsys.readouterr().err and not os.path.exists(out)
-    assert fmnist.main(["recipe", "preconditions", *argv]) == 0
-    where = os.path.join(out, "recipe", "pair-r0.4")
-    pre = open(os.path.join(where, "preconditions.md")).read()
-    assert "- CE, zero knowledge (n=1): validation accuracy falls" in pre and "All hold: " in pre
-    assert set(fmnist.load_dir(where)) == {"report/ce-zero-lr0.1-s0", "report/clean-lr0.1-s0"}
-    assert fmnist.main(["recipe", "report", *argv]) == 0
-    report = open(os.path.join(where, "report.md")).read()
-    for label in ("| ProSelfLC, zero knowledge | 0.1 |", "| Co-teaching, τ = the noise rate | 0.1 |",
-                  "| MyLC, CMD-P − MyLC, zero knowledge |", "| MyLC, CMD-P − MyLC, CMD-S |", "40% pair-flip noise"):
-        assert label in report, label
-    runs = fmnist.load_dir(where)
-    assert len(runs) == 8 and runs["report/mylc-cmdp-lr0.1-s0"]["flags"][-2:] == ["--seed", "0"]
-
-
-def test_the_recipe_trains_train_py_processes_even_on_a_gpu(tmp_path, monkeypatch):
-    # tools.batched refuses BatchNorm, which the recipe's ResNets have: its runs go to train.py processes
-    # unless --batched is asked for, whatever the device
-    engines = []
-    monkeypatch.setattr(fmnist.batched, "run_grid", lambda todo, jobs, device, engine: engines.append(engine) or {})
-    out = str(tmp_path / "fm")
-    fmnist.main(["recipe", "preconditions", "--out", out, "--device", "cuda"])
-    fmnist.main(["recipe", "preconditions", "--out", out, "--device", "cuda", "--batched"])
-    assert engines == [False, True]  # the MLP studies' default (None) lets the device decide

@@ -6,8 +6,8 @@ demo        -- every row tuned (its lr; CMD's eta and b; each comparator's knob)
 attribution -- does the confident selection matter? CMD-P beside the same count taught at random positions, all
                knowledge, zero knowledge, a step-size control, CMD-P without the extra weight and Co-teaching, per
                noise rate, each row's lr by an edge and a tie rule (docs/fmnist/attribution/)
-recipe      -- Table 1's shape in the paper's own recipe: a ResNet pair at the appendix's SGD and schedule, the
-               same for every row, 40% symmetric and pair-flip noise, three seeds; its preconditions first
+recipe      -- Table 1's shape in the paper's own recipe: a ResNet18 pair at the appendix's SGD, the same for every
+               row, wave by wave on a lent GPU (tools/recipe.py: its declaration, waves, raw data and report)
 
     python -m tools.fmnist demo regime --out sweeps/fmnist    # zero knowledge alone: do the preconditions hold?
     python -m tools.fmnist demo select --out sweeps/fmnist    # every row's lr (and CMD's eta, b) on the val split
@@ -18,8 +18,9 @@ recipe      -- Table 1's shape in the paper's own recipe: a ResNet pair at the a
     python -m tools.fmnist attribution report --rate 0.4 --published-choice        # 40% at the committed choices
     python -m tools.fmnist attribution pack --out sweeps/fmnist   # every run's numbers into docs/fmnist/runs.jsonl.gz
     python -m tools.fmnist attribution tables --rate 0.4 --out docs/fmnist   # the tables again from those alone
-    python -m tools.fmnist recipe preconditions --noise pair  # the recipe's CE and clean labels first
-    python -m tools.fmnist recipe report --noise pair --dry-run   # then every row: its train.py commands
+    python -m tools.fmnist recipe wave --dry-run              # the recipe's next wave: five train.py commands
+    python -m tools.fmnist recipe pack gpu-check              # a wave's $OUT into docs/fmnist/recipe/runs.jsonl.gz
+    python -m tools.fmnist recipe report                      # docs/fmnist/recipe/report.md from the raw data
     python -m tools.fmnist demo select --dry-run              # a stage's train.py commands, to run one by hand
 
 The data: a fixed 8,000 of Fashion-MNIST's 60,000 training images (--subset-seed 0), of which a clean 10% is the
@@ -52,11 +53,12 @@ import sys
 import time
 from typing import NamedTuple
 
-from tools import batched
+from tools import batched, recipe
+from tools.recipe import RAW
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics
 from training import config
-from training.errors import UserError, one_line
+from training.errors import one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
@@ -117,9 +119,7 @@ class Study(NamedTuple):
     rules: bool
     keep: tuple
 
-    def folder(self, out, rate, noise="sym"):
-        if self.name == "recipe":
-            return os.path.join(out, "recipe", f"{noise}-r{rate:g}")
+    def folder(self, out, rate):
         return out if self.name == "demo" else os.path.join(out, "attribution", f"r{rate:g}")
 
     def report_name(self, row, setting):
@@ -192,42 +192,14 @@ ATTRIBUTION = Study("attribution", rows={
     rules=True, keep=("lr", "val", "edge", "es_lr", "tie"))
 PUBLISHED = {"zero": "mylc-zero", "all": "mylc-all", "cmdp": "mylc-cmdp"}  # the demo's rows the attribution extends
 
-# The recipe: Table 1's shape in the paper's own recipe, declared before any of its runs. The appendix's SGD
-# (momentum 0.9, weight decay 5e-4, batch 128, lr 0.1 / 10 at epochs 50 and 80 of 100; fewer epochs scale the
-# milestones) and its crops (padding 4) and flips, the same for every row, no per-row tuning; a ResNet18 pair
-# (a ResNet34 pair does not fit a 15-minute lease); all 60,000 training images, a clean 10% of them the
-# validation split; 40% symmetric and 40% pair-flip noise (--noise), noise.py's seeds; RECIPE_SEEDS, paired.
-# `preconditions` runs CE and clean labels first: the regime holds when CE's validation accuracy falls >= 3
-# points from its best epoch to its last and CE fits >= 30% of the noisy labels by the end.
-RECIPE_EPOCHS = 100
-RECIPE = ["--arch", "resnet18", "--val-split", "0.1", "--augment", "paper", "--epochs", str(RECIPE_EPOCHS),
-          "--milestones", ",".join(str(round(m * RECIPE_EPOCHS / 100)) for m in (50, 80)), "--lr-decay", "0.1",
-          "--momentum", "0.9", "--weight-decay", "5e-4", "--batch-size", "128", "--noise", "sym", "--rate", "0.4"]
-RECIPE_SEEDS, RECIPE_LR = (0, 1, 2), 0.1
-RECIPE_ROWS = {  # Table 1's MyLC column (eta, b: the project's Table 1 defaults, mutual.THRESHOLDS), two comparators
-    "ce-zero": ("CE, zero knowledge", ["--mode", "zero", "--lc", "ce"]),
-    "mylc-zero": ("MyLC, zero knowledge", ["--mode", "zero", "--lc", "mylc"]),
-    "mylc-all": ("MyLC, all knowledge (MKD)", ["--mode", "all", "--lc", "mylc"]),
-    "mylc-cmds": ("MyLC, CMD-S", ["--mode", "static", "--lc", "mylc"]),
-    "mylc-cmdp": ("MyLC, CMD-P", ["--mode", "progressive", "--lc", "mylc"]),
-    "coteach": ("Co-teaching, τ = the noise rate", ["--mode", "coteach"]),
-    "proselflc-zero": ("ProSelfLC, zero knowledge", ["--mode", "zero", "--lc", "proselflc"]),
-    "clean": CLEAN,
-}
-RECIPE_STUDY = Study("recipe", rows=RECIPE_ROWS, grids={0.4: {row: [Setting(RECIPE_LR)] for row in RECIPE_ROWS}},
-                     follows={}, pairs=[("mylc-cmdp", "mylc-zero"), ("mylc-cmdp", "mylc-all"), ("mylc-cmdp", "ce-zero"),
-                                        ("mylc-cmdp", "coteach"), ("mylc-cmdp", "mylc-cmds")],
-                     rules=False, keep=("lr",))
-STUDIES = {"demo": DEMO, "attribution": ATTRIBUTION, "recipe": RECIPE_STUDY}
+STUDIES = {"demo": DEMO, "attribution": ATTRIBUTION}
 STAGES = {"demo": ("regime", "select", "compare", "report"), "attribution": ("select", "report", "all", "pack", "tables"),
-          "recipe": ("preconditions", "report")}
+          "recipe": ("wave", "pack", "report")}
 
 
-def base(rate, noise="sym", flags=None):
-    """A regime's flags (BASE, or RECIPE) at this noise rate and type."""
-    flags = BASE if flags is None else flags
-    at = {"--rate": f"{rate:g}", "--noise": noise}
-    return [at.get(flags[i - 1], v) if i else v for i, v in enumerate(flags)]
+def base(rate):
+    """BASE at this noise rate."""
+    return [f"{rate:g}" if i and BASE[i - 1] == "--rate" else v for i, v in enumerate(BASE)]
 
 
 def data_flags(data_dir=DATA_DIR):
@@ -244,8 +216,22 @@ class Plan(NamedTuple):
 
     def job(self, stage, name, flags, seed):
         d = os.path.join(self.folder, stage, f"{name}-s{seed}")
-        key = self.data + flags + ["--seed", str(seed)]  # later flags win: clean's --noise none --rate 0
+        key = merged(self.data, flags, ["--seed", str(seed)])  # clean's --noise none --rate 0 replaces the base's
         return dict(name=f"{name}-s{seed}", dir=d, key=key, argv=key + ["--out", d, *self.extra])
+
+
+def merged(*parts):
+    """train.py flags, each once: a later part's value replaces an earlier one's in place."""
+    out = []
+    for part in parts:
+        for i, v in enumerate(part):
+            if not v.startswith("--") or i + 1 == len(part) or part[i + 1].startswith("--"):
+                continue  # a value (taken with its flag), or a flag without one: none in these studies
+            if v in out:
+                out[out.index(v) + 1] = part[i + 1]
+            else:
+                out += [v, part[i + 1]]
+    return out
 
 
 def cell_jobs(plan, study, stage, cells):
@@ -681,35 +667,6 @@ def attribution_texts(runs, rate, choice, footer, published_choices=False):
     return texts
 
 
-def recipe_preconditions(got):
-    """The recipe's precondition lines and whether they hold, on CE's runs {seed: metrics rows} (means over seeds):
-    its validation accuracy falls >= 3 points from its best epoch to its last; it fits >= 30% of the noisy labels."""
-    if not got:
-        return ["(CE's runs have not finished)"], None
-    drop = mean_std([max(r["val_acc_mean"] for r in rows) - rows[-1]["val_acc_mean"] for rows in got.values()])[0]
-    end = mean_std([memorisation_timing(rows)[0] for rows in got.values()])[0]
-    checks = [(drop >= 3, f"validation accuracy falls {drop:.2f} points from its best epoch to its last"),
-              (end >= 0.3, f"memorised at the end {end:.2f}")]
-    return [f"- CE, zero knowledge (n={len(got)}): " + "; ".join(f"{t} {'✓' if c else '✗'}" for c, t in checks)], \
-        all(c for c, _ in checks)
-
-
-def recipe_text(runs, noise, rows, footer):
-    """The recipe's report (or, rows: only the preconditions' rows, its preconditions) at one noise type."""
-    choice = {row: dict(lr=RECIPE_LR) for row in RECIPE_ROWS if rows is None or row in rows}
-    got = report_runs(runs, RECIPE_STUDY, report_cells(RECIPE_STUDY, choice, RECIPE_SEEDS))
-    lines, ok = recipe_preconditions(got.get("ce-zero", {}))
-    return [f"# Fashion-MNIST in the paper's recipe, 40% {'pair-flip' if noise == 'pair' else 'symmetric'} noise", "",
-            f"A ResNet18 pair, every row at the appendix's SGD and schedule (lr {RECIPE_LR:g}), seeds "
-            f"{', '.join(map(str, RECIPE_SEEDS))} (clean labels: {', '.join(map(str, CLEAN_SEEDS))}), paired by seed. "
-            "Final test accuracy: the mean of the two models' final-epoch accuracies, mean ± std over seeds; "
-            "early-stopped: at each run's best validation epoch.", ""] + report_table(
-        runs, RECIPE_STUDY, choice, RECIPE_SEEDS) + ["", "Preconditions on CE at the recipe: its validation accuracy "
-                                                      "falls >= 3 points from its best epoch to its last; it fits >= "
-                                                      "30% of the noisy labels by the end."] + lines + [
-        f"All hold: {({True: 'yes', False: 'no'}).get(ok, 'not known')}.", "", footer]
-
-
 # ---------------------------------------------------------------- the stages
 class Run(NamedTuple):
     """One invocation: the parsed flags, its study, the runs' plan, the command line, its start, failures."""
@@ -735,9 +692,7 @@ class Run(NamedTuple):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         trained = sum(not finished(j["dir"]) for j in todo)  # a finished run with other flags fails in run_grid
-        # the recipe's ResNets have BatchNorm, which tools.batched refuses: one train.py process per run
-        engine = False if self.study is RECIPE_STUDY and self.args.batched is None else self.args.batched
-        failed = batched.run_grid(todo, self.args.jobs, self.device(), engine)
+        failed = batched.run_grid(todo, self.args.jobs, self.device(), self.args.batched)
         for j in todo:
             if j["name"] in failed and "NaN" in failed[j["name"]]:
                 with open(os.path.join(j["dir"], "diverged.json"), "w") as f:
@@ -843,23 +798,6 @@ def attribution_stage(r, stage, rows):
         write(os.path.join(r.plan.folder, name), lines)
 
 
-def recipe_stage(r, stage):
-    """The recipe's preconditions (CE and clean labels first) and report (every row): their runs, then the
-    table, DIR/recipe/<noise>-r<rate>/<stage>.md."""
-    rows = ("ce-zero", "clean") if stage == "preconditions" else None
-    choice = {row: dict(lr=RECIPE_LR) for row in RECIPE_ROWS if rows is None or row in rows}
-    if stage == "report" and not r.args.dry_run:
-        got = report_runs(r.runs(), RECIPE_STUDY, report_cells(RECIPE_STUDY, {"ce-zero": choice["ce-zero"]},
-                                                                 RECIPE_SEEDS))
-        if len(got.get("ce-zero", {})) < len(RECIPE_SEEDS):
-            raise UserError(f"the recipe's preconditions first: python -m tools.fmnist recipe preconditions "
-                            f"--noise {r.args.noise} --out {r.args.out}")
-    n = r.cells("report", report_cells(RECIPE_STUDY, choice, RECIPE_SEEDS))
-    if not r.args.dry_run:
-        os.makedirs(r.plan.folder, exist_ok=True)
-        write(os.path.join(r.plan.folder, f"{stage}.md"), recipe_text(r.runs(), r.args.noise, rows, r.footer(n)))
-
-
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # bad input: one line, exit 2, nothing written
         print(f"fmnist: error: {message} (see python -m tools.fmnist --help)", file=sys.stderr)
@@ -869,28 +807,39 @@ class Parser(argparse.ArgumentParser):
 def parse(argv):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="Flags after -- go to every train.py (e.g. -- --amp off).")
-    p.add_argument("study", choices=tuple(STUDIES))
-    p.add_argument("stage", choices=("regime", "select", "compare", "report", "all", "pack", "tables", "preconditions"),
-                   help="demo: regime, select, compare, report; attribution: select, report, all, pack, tables; "
-                        "recipe: preconditions, report")
+    p.add_argument("study", choices=(*STUDIES, "recipe"))
+    p.add_argument("stage", choices=sorted({s for stages in STAGES.values() for s in stages}),
+                   help="; ".join(f"{k}: {', '.join(v)}" for k, v in STAGES.items()))
+    p.add_argument("dir", nargs="?", help="recipe pack: a wave's folder (a gpu_check $OUT, or its wave/)")
     rates = ", ".join(map(str, sorted(ATTRIBUTION.grids)))
     p.add_argument("--rate", type=float, default=0.4, help=f"the noise rate: the attribution's {rates}; the demo's "
                                                            "and the recipe's 0.4")
-    p.add_argument("--noise", choices=("sym", "pair"), default="sym", help="the recipe's noise type (the others' "
-                                                                           "is sym)")
-    p.add_argument("--out", default="sweeps/fmnist", metavar="DIR", help="the runs, choice.json and the tables (the "
-                                                                         "attribution's in DIR/attribution/r<rate>/)")
+    p.add_argument("--noise", choices=("auto", "sym", "pair"), help="the recipe wave's noise type (default auto: "
+                   "symmetric until it has 3 seeds, then pair-flip); the other studies' is sym")
+    p.add_argument("--out", metavar="DIR", help="the runs, choice.json and the tables (default sweeps/fmnist; the "
+                   "attribution's in DIR/attribution/r<rate>/); the recipe wave's runs (default "
+                   "sweeps/fmnist/recipe/wave-<time>)")
     p.add_argument("--data-dir", default=DATA_DIR,
                    help="the four Fashion-MNIST IDX files (Debian: apt-get install dataset-fashion-mnist)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, each with an equal share of the cores "
-                                                        "(and the one GPU, when train.py sees one) (default 2)")
+    p.add_argument("--jobs", type=int, help="runs at a time, each with an equal share of the cores (and the one "
+                   "GPU, when train.py sees one) (default 2; the recipe wave's: all at once)")
     config.add_device_flag(p)
     batched.batched_flag(p)
-    p.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="the demo's report: seeds 0..N-1 (default 5)")
+    p.add_argument("--seeds", type=int, help="the demo's report: seeds 0..N-1 (default 5); the recipe wave: the "
+                   "next N seeds not yet in the raw data, every row of each at once (default 1)")
+    p.add_argument("--size", choices=("gpu", "toy"), default="gpu", help="the recipe: its declared size (toy: the "
+                   "suite's, a CNN on a few hundred images for 2 epochs) (default gpu)")
+    p.add_argument("--budget", type=float, help="the recipe wave: stop its runs at their checkpoints after this "
+                   "many seconds (default: none)")
+    p.add_argument("--mps", action="store_true", help="the recipe wave: run its processes under CUDA MPS, started "
+                   "and stopped here (if it cannot start, they time-slice, and wave.json says so)")
+    p.add_argument("--graph", choices=("capture", "off"), default="off", help="the recipe wave: train.py's --graph "
+                   "(default off: eager)")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands of the stage's runs not yet "
                                                           "finished, and write nothing")
-    p.add_argument("--from", dest="pack", default="docs/fmnist/runs.jsonl.gz",
-                   help="tables: the raw data to render from; pack: where to write it")
+    p.add_argument("--from", dest="pack", help="tables and the recipe's report: the raw data to render from; pack: "
+                   "where to write it (default docs/fmnist/runs.jsonl.gz; the recipe's docs/fmnist/recipe/"
+                   "runs.jsonl.gz)")
     p.add_argument("--rows", help=f"the attribution's select and report: only these rows, a comma list of "
                                   f"{', '.join(ATTRIBUTION.rows)} (zero knowledge and the clean reference alone: a new "
                                   "rate's preconditions)")
@@ -901,6 +850,27 @@ def parse(argv):
     rows = None if args.rows is None else args.rows.split(",")
     if args.stage not in STAGES[args.study]:
         p.error(f"{args.study} has the stages {', '.join(STAGES[args.study])}, not {args.stage}")
+    if (args.dir is not None) != (args.study == "recipe" and args.stage == "pack"):
+        p.error("recipe pack takes a wave's folder: python -m tools.fmnist recipe pack DIR" if args.dir is None else
+                f"{args.dir}: only recipe pack takes a folder")
+    recipe = args.study == "recipe"
+    given = [f for f, v in (("--size", args.size != "gpu"), ("--budget", args.budget), ("--mps", args.mps),
+                            ("--graph", args.graph != "off")) if v]
+    if given and not recipe:
+        p.error(f"{', '.join(given)}: the recipe's flags")
+    args.noise = args.noise or ("auto" if recipe else "sym")
+    args.jobs = args.jobs or (None if recipe else 2)
+    args.seeds = args.seeds or (1 if recipe else len(REPORT_SEEDS))
+    args.out = args.out or ("sweeps/fmnist" if not recipe else time.strftime("sweeps/fmnist/recipe/wave-%Y%m%d-%H%M%S"))
+    args.pack = args.pack or (RAW if recipe else "docs/fmnist/runs.jsonl.gz")
+    if recipe and (args.rate != 0.4 or args.noise != "auto" and args.stage != "wave" or rows or args.published_choice
+                   or "--" in argv):
+        p.error("the recipe is declared in tools/recipe.py: 40% noise, its rows, no flags after --; --noise is the "
+                "wave's")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out} is a file; give a directory")
+    if recipe:
+        return args, rows
     if rows is not None and (args.study != "attribution" or set(rows) - set(ATTRIBUTION.rows)):
         p.error(f"--rows: unknown {', '.join(sorted(set(rows) - set(ATTRIBUTION.rows))) or args.rows}; choose from "
                 f"{', '.join(ATTRIBUTION.rows)} (the attribution's)")
@@ -910,7 +880,7 @@ def parse(argv):
                 "at 40%")
     if args.rate not in STUDIES[args.study].grids:
         p.error(f"--rate {args.rate:g}: the declared grids are for {rates if args.study == 'attribution' else '0.4'}")
-    if args.noise != "sym" and args.study != "recipe":
+    if args.noise != "sym":
         p.error(f"--noise {args.noise}: only the recipe declares pair-flip noise")
     if args.jobs < 1 or not 1 <= args.seeds <= 9:
         p.error("--jobs must be at least 1 and --seeds between 1 and 9")
@@ -928,12 +898,14 @@ def parse(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rows = parse(argv)
+    if args.study == "recipe":
+        return recipe.main(args)
     study, command = STUDIES[args.study], shlex.join(["python", "-m", "tools.fmnist", *argv])
     if args.stage == "pack":
         added, total = pack(args.out, args.pack)
         print(f"{added} runs of {args.out} added to {args.pack}, which holds {total}")
         return 0
-    folder = study.folder(args.out, args.rate, args.noise)
+    folder = study.folder(args.out, args.rate)
     if args.stage == "tables":
         runs = read_raw(args.pack, args.rate)
         choice, todo = (published_choice(runs), []) if args.published_choice else choose(
@@ -945,14 +917,11 @@ def main(argv=None):
             write(os.path.join(folder, name), lines)
         return 0
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    regime = base(args.rate, args.noise, RECIPE if study is RECIPE_STUDY else None)
-    r = Run(args, study, Plan(folder, data_flags(args.data_dir) + regime, ["--device", args.device, "--workers", "0"] +
-                              extra), command, time.time(), {})
-    if not args.dry_run and study is not RECIPE_STUDY:  # the recipe's report checks its preconditions first
+    r = Run(args, study, Plan(folder, data_flags(args.data_dir) + base(args.rate), ["--device", args.device, "--workers",
+                                                                                   "0"] + extra), command, time.time(), {})
+    if not args.dry_run:
         os.makedirs(folder, exist_ok=True)
-    if study is RECIPE_STUDY:
-        recipe_stage(r, args.stage)
-    elif study is ATTRIBUTION:
+    if study is ATTRIBUTION:
         attribution_stage(r, args.stage, rows)
     else:
         name, text = demo_stage(r, args.stage)

@@ -1,39 +1,78 @@
 #!/usr/bin/env bash
-# The checks only a GPU machine can make, in one command that fits a short lease; everything goes under $OUT.
+# The one command a lent GPU machine runs: four stages in order of value, each under its own time limit, each
+# leaving its files in $OUT even when a later one fails; at most $LIMIT seconds (default 540) in all.
 #
-#     OUT=gpu-check bash tools/gpu_check.sh     # on a GPU machine: about 5 minutes
+#     OUT=gpu-check bash tools/gpu_check.sh     # on a GPU machine, Fashion-MNIST in data/fashion-mnist
 #
-#   env.txt            the device, torch, CUDA, cuDNN, and what nvidia-smi says
-#   cuda.xml, cuda.log every test marked cuda (pytest -m cuda), cut off by SIGINT after $TEST_LIMIT s so that
-#                      pytest still writes the JUnit XML and names every test that ran
-#   bf16_spread.json   the graphed step against the eager one in bf16, beside eager against itself (test_graph.py)
-#   perf.json, perf.log python -m tools.perf_suite's eager and graphed step and epochs side by side (graph,
-#                      epochs), then tools.batched (batched) and --graph compile (graph_compile) as the budget
-#                      allows; PERF_ARGS="--budget 120 --skip graph,epochs,batched,graph_compile,compile,..."
-#                      gives the earlier parts (sync, torchrun, step, throughput) instead
-# On a machine without CUDA the tests skip, each with its reason, and perf_suite runs its small sizes:
-# the suite runs it so, with PERF_ARGS set to something quick.
+# 1. env.txt             the device, torch, CUDA, cuDNN, and what nvidia-smi says
+# 2. cuda.xml, cuda.log  every test marked cuda (pytest -m cuda), the graphed step's included, cut off by SIGINT
+#                        after $TEST_LIMIT s (default 100) so that pytest still writes the JUnit XML;
+#                        bf16_spread.json  the graphed step against the eager one in bf16 (test_graph.py)
+# 3. perf.json, perf.log python -m tools.perf_suite: the main command eager and graphed side by side (step ms,
+#                        epochs_100_min both ways, capture seconds, peak memory), $PERF_LIMIT s (default 150);
+#                        PERF_ARGS replaces its flags
+# 4. wave/               one wave of the paper's recipe (python -m tools.fmnist recipe wave, tools/recipe.py) in
+#                        the time left: five train.py processes under CUDA MPS, --graph capture if stage 2's graph
+#                        tests passed, each run's metrics epoch by epoch; then `python -m tools.fmnist recipe pack
+#                        $OUT` on the machine that keeps the raw data. No checkpoints come back.
+#
+# PYTHON (default python3) is the interpreter of every stage: give the one with torch. FMNIST is the folder of
+# the four Fashion-MNIST IDX files (default data/fashion-mnist, else Debian's /usr/share/datasets/fashion-mnist).
+# WAVE_ARGS replaces the wave's own flags (the suite: --size toy --device cpu, no MPS).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check}
+PY=${PYTHON:-python3}
+LIMIT=${LIMIT:-540}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 - > "$OUT/env.txt" 2>&1 <<'PY'
+left() { echo $(( LIMIT - SECONDS )); }
+
+echo "gpu_check 1/4: the environment"
+timeout 120 "$PY" - > "$OUT/env.txt" 2>&1 <<'PY'
 import platform, torch
 print("date", __import__("datetime").datetime.now().isoformat(timespec="seconds"))
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
       "cudnn", torch.backends.cudnn.version())
 print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no CUDA device)")
 PY
-command -v nvidia-smi > /dev/null && nvidia-smi >> "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt" | head -3
-OUT="$OUT" timeout -s INT "${TEST_LIMIT:-90}" python3 -m pytest -m cuda -v -p no:cacheprovider -rs \
-    --junitxml="$OUT/cuda.xml" 2>&1 | tee "$OUT/cuda.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed"
+env_rc=$?
+command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi >> "$OUT/env.txt" 2>&1
+head -3 "$OUT/env.txt"
+
+echo "gpu_check 2/4: pytest -m cuda ($(left) s left)"
+OUT="$OUT" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v -p no:cacheprovider -rs \
+    --junitxml="$OUT/cuda.xml" 2>&1 | tee "$OUT/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed"
 tests=${PIPESTATUS[0]}
+# the graph is captured in the wave only where its own CUDA tests ran and passed
+graph=$("$PY" - "$OUT/cuda.xml" <<'PY' 2>/dev/null || echo off
+import sys, xml.etree.ElementTree as ET
+cases = [c for c in ET.parse(sys.argv[1]).getroot().iter("testcase") if c.get("classname", "").endswith("test_graph")]
+ran = [c for c in cases if c.find("skipped") is None]
+print("capture" if ran and all(c.find("failure") is None and c.find("error") is None for c in ran) else "off")
+PY
+)
+
+echo "gpu_check 3/4: perf_suite ($(left) s left)"
 # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
-python3 -m tools.perf_suite ${PERF_ARGS:---budget 200 --skip sync,torchrun,step,throughput,compile,epochs_compile,compile_modes} \
+timeout -k 20 "${PERF_LIMIT:-150}" "$PY" -m tools.perf_suite \
+    ${PERF_ARGS:---budget 120 --skip sync,torchrun,step,throughput,compile,epochs_compile,compile_modes,batched,graph_compile} \
     --json "$OUT/perf.json" > "$OUT/perf.log" 2>&1
 perf=$?
-tail -40 "$OUT/perf.log"
-echo "gpu_check: pytest -m cuda exited $tests, perf_suite $perf; files in $OUT"
-exit $(( tests != 0 || perf != 0 ))
+tail -25 "$OUT/perf.log"
+
+FMNIST=${FMNIST:-data/fashion-mnist}
+[ -d "$FMNIST" ] || FMNIST=/usr/share/datasets/fashion-mnist
+budget=$(( $(left) - 40 ))  # what the wave's runs may use; the rest stops them and writes wave.json
+echo "gpu_check 4/4: one wave of the recipe, --graph $graph, budget $budget s"
+if (( budget < 60 )); then
+    echo "gpu_check: no time left for a wave"; wave=1
+else
+    # shellcheck disable=SC2086  # WAVE_ARGS is a list of flags
+    timeout -k 10 $(( budget + 30 )) "$PY" -m tools.fmnist recipe wave --out "$OUT/wave" --data-dir "$FMNIST" \
+        --graph "$graph" --budget "$budget" ${WAVE_ARGS:---device cuda --mps} 2>&1 | tee "$OUT/wave.log"
+    wave=${PIPESTATUS[0]}
+fi
+find "$OUT" -name '*.pt' -delete  # a wave killed outright leaves its checkpoints: too large to bring back
+echo "gpu_check: env $env_rc, pytest -m cuda $tests, perf_suite $perf, wave $wave (graph $graph); $SECONDS s; files in $OUT"
+exit $(( env_rc != 0 || tests != 0 || perf != 0 || wave != 0 ))

@@ -1,0 +1,198 @@
+"""tools/recipe.py and tools/gpu_check.sh: the paper's recipe wave by wave. The declaration's commands (each flag
+once, the appendix's SGD for every row, the next unrun seeds, pair-flip after three symmetric seeds); the whole
+GPU command at toy size on the CPU (real train.py runs on tiny Fashion-MNIST files in their real format), packed
+and reported; a wave stopped by SIGTERM keeps its finished runs and packs the others as cut short; the report's
+preconditions and its gated answer computed from the runs' own numbers."""
+import gzip
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from xml.etree import ElementTree
+
+import pytest
+from test_mnist import write_idx
+
+from tools import fmnist, recipe
+from tools.stats import interval
+from training import config
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dry_run(capsys, *argv):
+    assert fmnist.main(["recipe", "wave", "--dry-run", *argv]) == 0
+    return [shlex.split(line)[2:] for line in capsys.readouterr().out.strip().splitlines()]
+
+
+def test_the_waves_commands_are_the_declaration_each_flag_once(tmp_path, capsys):
+    commands = dry_run(capsys, "--from", str(tmp_path / "none.jsonl.gz"))
+    assert len(commands) == 5
+    rows = {}
+    for argv in commands:
+        flags = [a for a in argv if a.startswith("--")]
+        assert len(flags) == len(set(flags)), argv  # each flag once
+        a = config.resolve(config.get_args(argv))
+        assert (a.dataset, a.arch, a.subset, a.subset_seed, a.val_split, a.augment) == (
+            "fashionmnist", "resnet18,resnet18", 8000, 0, 0.1, "paper")
+        assert (a.lr, a.momentum, a.weight_decay, a.batch_size, a.epochs, list(a.milestones), a.lr_decay) == (
+            0.1, 0.9, 5e-4, 128, 60, [30, 48], 0.1)  # the appendix's SGD, the same for every row
+        assert (a.noise, a.rate, a.seed, a.graph) == ("sym", 0.4, 0, "off")
+        rows[os.path.basename(a.out)] = (a.mode, a.lc, a.eta, a.b)
+    assert rows == {"ce-zero-s0": ("zero", "ce", float("inf"), 0.0), "mylc-zero-s0": ("zero", "mylc", float("inf"), 0.0),
+                    "mylc-all-s0": ("all", "mylc", 1.0, 0.0), "mylc-cmds-s0": ("static", "mylc", 4.0, 0.0),
+                    "mylc-cmdp-s0": ("progressive", "mylc", 4.0, -5.0)}  # the project's Table 1 eta and b
+
+
+def packed(size, noise, seeds, rows=None, state="finished"):
+    return [dict(wave="w", size=size, noise=noise, rate=0.4, row=row, seed=s, state=state, flags=[], rows=[])
+            for s in seeds for row in rows or recipe.REGIMES[size].rows]
+
+
+def test_each_wave_takes_the_lowest_unfinished_seeds_and_pair_noise_after_three_symmetric(tmp_path, capsys):
+    lines = packed("gpu", "sym", (0, 2)) + packed("gpu", "sym", (1,), ("ce-zero",)) + packed("gpu", "sym", (1,),
+                                                                                           state="cut short")
+    assert recipe.next_wave(lines, "gpu", "auto", 2) == ("sym", [1, 3])  # seed 1 lacks four rows
+    assert recipe.next_wave(lines + packed("gpu", "sym", (1,)), "gpu", "auto", 1) == ("pair", [0])
+    assert recipe.next_wave(lines, "gpu", "pair", 1) == ("pair", [0])
+    assert recipe.next_wave(packed("toy", "sym", (0, 1, 2)), "gpu", "auto", 1) == ("sym", [0])  # sizes apart
+    path = tmp_path / "raw.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in lines)
+    got = dry_run(capsys, "--from", str(path), "--seeds", "2")
+    assert len(got) == 10 and {argv[argv.index("--seed") + 1] for argv in got} == {"1", "3"}
+
+
+def test_the_whole_gpu_command_at_toy_size_then_pack_and_report(tmp_path):
+    # tools/gpu_check.sh is the one command a lent GPU runs; here its CUDA tests skip, each with its reason,
+    # perf_suite runs its small sizes, and the wave runs the toy size of the recipe on the CPU
+    write_idx(tmp_path / "data", n_train=300, n_test=60)
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, TEST_LIMIT="300", PATH="/usr/bin:/bin",
+               FMNIST=str(tmp_path / "data"), WAVE_ARGS="--size toy --device cpu --mps",
+               PERF_ARGS="--small --budget 60 --skip torchrun,step,throughput,graph,epochs,batched,graph_compile,compile,"
+                         "epochs_compile,compile_modes")  # PATH without python3: the script runs $PYTHON alone
+    res = subprocess.run(["bash", "tools/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=HERE)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert {"env.txt", "cuda.xml", "cuda.log", "perf.json", "perf.log", "wave", "wave.log"} <= {
+        p.name for p in out.iterdir()}
+    cases = ElementTree.parse(out / "cuda.xml").getroot().iter("testcase")
+    names = {f"{c.get('classname')}.{c.get('name')}": c for c in cases}
+    assert "tests.test_train.test_training_step_is_sync_free_on_cuda[coteach+-ce]" in names
+    assert any(n.startswith("tests.test_graph.") for n in names) and len(names) >= 15
+    assert "device" in json.loads((out / "perf.json").read_text())
+    wave = json.loads((out / "wave" / "wave.json").read_text())
+    assert wave["mps"].startswith("off: nvidia-cuda-mps-control not found") and wave["graph"] == "off"  # skipped
+    assert {n: r["state"] for n, r in wave["runs"].items()} == {"ce-zero-s0": "finished", "mylc-cmdp-s0": "finished"}
+    assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith(".pt")]  # no checkpoint comes back
+    raw = str(tmp_path / "recipe" / "runs.jsonl.gz")
+    assert fmnist.main(["recipe", "pack", str(out), "--from", raw]) == 0
+    lines = recipe.read(raw)
+    assert {(r["row"], r["seed"], r["state"], len(r["rows"])) for r in lines} == {("ce-zero", 0, "finished", 2),
+                                                                                 ("mylc-cmdp", 0, "finished", 2)}
+    assert all("--out" not in r["flags"] and recipe.declared(r) for r in lines)
+    assert fmnist.main(["recipe", "report", "--size", "toy", "--from", raw]) == 0
+    text = (tmp_path / "recipe" / "report.md").read_text()
+    ce = next(r["rows"] for r in lines if r["row"] == "ce-zero")
+    harm = max(r["val_acc_mean"] for r in ce) - ce[-1]["val_acc_mean"]
+    assert f"- seed 0: harm {harm:.2f} points" in text
+    assert f"| CE, zero knowledge | 1 | {ce[-1]['test_acc_mean']:.2f} |" in text
+    assert "| MyLC, CMD-P (η = 4, b = −5) − CE, zero knowledge |" in text and "Not in any table: none." in text
+
+
+def test_a_wave_stopped_by_sigterm_keeps_its_finished_runs_and_packs_the_rest_as_cut_short(tmp_path, capsys):
+    write_idx(tmp_path / "data", n_train=300, n_test=60)
+    wave_dir = tmp_path / "wave"
+    p = subprocess.Popen([sys.executable, "-m", "tools.fmnist", "recipe", "wave", "--size", "toy", "--device", "cpu",
+                          "--jobs", "1", "--out", str(wave_dir), "--data-dir", str(tmp_path / "data"), "--from",
+                          str(tmp_path / "none.jsonl.gz")], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    deadline = time.time() + 300
+    while not (wave_dir / "ce-zero-s0" / "summary.json").exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)  # as `timeout` stops it; the second run has started, or is about to
+    assert p.wait(timeout=120) == 1, p.stdout.read()
+    runs = json.loads((wave_dir / "wave.json").read_text())["runs"]
+    assert runs["ce-zero-s0"]["state"] == "finished" and runs["mylc-cmdp-s0"]["state"] == "cut short"
+    raw = str(tmp_path / "raw.jsonl.gz")
+    assert fmnist.main(["recipe", "pack", str(wave_dir), "--from", raw]) == 0
+    assert sorted((r["row"], r["state"]) for r in recipe.read(raw)) == [("ce-zero", "finished"),
+                                                                       ("mylc-cmdp", "cut short")]
+    assert fmnist.main(["recipe", "report", "--size", "toy", "--from", raw]) == 0
+    text = capsys.readouterr().out
+    assert "| MyLC, CMD-P (η = 4, b = −5) | 0 | not run |" in text and "| CE, zero knowledge | 1 |" in text
+    assert "Not in any table: mylc-cmdp-s0 (cut short after" in text
+    before = open(raw, "rb").read()
+    with pytest.raises(SystemExit) as e:  # a wave packed twice: one line, the raw data unchanged
+        fmnist.main(["recipe", "pack", str(wave_dir), "--from", raw])
+    assert e.value.code == 2 and "is packed in" in capsys.readouterr().err and open(raw, "rb").read() == before
+    with pytest.raises(SystemExit) as e:  # a folder that holds a wave takes no second one
+        fmnist.main(["recipe", "wave", "--size", "toy", "--out", str(wave_dir), "--data-dir", str(tmp_path / "data")])
+    assert e.value.code == 2 and "holds a wave already" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pack", "{tmp}"], "no wave.json in"),
+    (["wave", "--out", "{tmp}/w", "--device", "cuda"], "--device cuda"),
+    (["wave", "--out", "{tmp}/w", "--data-dir", "{tmp}/nothing"], "not found"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+    if "cuda" in argv and __import__("torch").cuda.is_available():
+        pytest.skip("a GPU is here")
+    (tmp_path / "data").mkdir()
+    argv = [a.format(tmp=tmp_path) for a in argv] + ["--from", str(tmp_path / "raw.jsonl.gz")]
+    argv += [] if "--data-dir" in argv or argv[0] == "pack" else ["--data-dir", str(tmp_path / "data")]
+    with pytest.raises(SystemExit) as e:
+        fmnist.main(["recipe", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert sorted(os.listdir(tmp_path)) == ["data"]
+
+
+def rows_of(val, test, memorised, epochs=4):
+    """Metrics rows: validation accuracy `val` per epoch, the test accuracy `test` at the last."""
+    return [dict(epoch=e + 1, val_acc_mean=v, test_acc_mean=test if e == epochs - 1 else 10.0 + e,
+                 memorized_a=memorised, memorized_b=memorised, selected_a2b=0.1, selected_b2a=0.1,
+                 precision_a2b=0.9, precision_b2a=0.9, recall_a2b=0.1, recall_b2a=0.1, confidence_a=0.5,
+                 confidence_b=0.5) for e, v in enumerate(val)]
+
+
+def run_line(row, seed, rows, noise="sym"):
+    argv = recipe.command("gpu", noise, row, seed, "d", "o", "cuda", "capture")
+    flags = [a for i, a in enumerate(argv) if "--out" not in argv[max(0, i - 1):i + 1]]
+    return dict(wave="w", size="gpu", noise=noise, rate=0.4, row=row, seed=seed, state="finished", flags=flags,
+                mps="on", graph="capture", provenance=dict(device_name="H100", torch="2.11"), rows=rows)
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_the_report_reads_the_preconditions_first_and_gates_its_answer_on_them(tmp_path, capsys, holds):
+    harm = 5.0 if holds else 1.0  # CE's validation accuracy falls this far from its best epoch to its last
+    lines = []
+    for seed, (cmdp, zero) in enumerate(((70.0, 66.0), (71.0, 66.5))):
+        lines += [run_line("ce-zero", seed, rows_of([50, 60, 60 - harm, 60 - harm], 55.0, 0.4)),
+                  run_line("mylc-zero", seed, rows_of([50, 60, 61, 62], zero, 0.2)),
+                  run_line("mylc-cmdp", seed, rows_of([50, 60, 61, 63], cmdp, 0.1))]
+    off = run_line("mylc-all", 0, rows_of([50, 60, 61, 62], 65.0, 0.2))
+    off["flags"] = off["flags"][:-2] + ["--lr", "0.2"]  # not the declaration: left out of every table
+    path = tmp_path / "raw.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in lines + [off])
+    assert fmnist.main(["recipe", "report", "--from", str(path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert text.index("**Preconditions**") < text.index("| row | n |")
+    assert f"- seed 1: harm {harm:.2f} points" in text and "memorised at the end 0.400" in text
+    assert f"Regime holds: {'yes' if holds else 'no'}." in text
+    diffs = [70.0 - 66.0, 71.0 - 66.5]
+    mean, ci = interval(diffs)
+    line = f"{mean:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    assert f"| MyLC, CMD-P (η = 4, b = −5) − MyLC, zero knowledge | {line}" in text
+    gate = "the preconditions hold" if holds else "the preconditions do not hold"
+    answer = next(t for t in text.splitlines() if t.startswith("**Answer:**"))
+    assert answer.startswith(f"**Answer:** CMD-P + MyLC − MyLC zero knowledge, final test accuracy: {line}")
+    assert answer.endswith(f"(n = 2); {gate}" + ("." if holds else ", so this does not test the paper's claim yet."))
+    assert "| MyLC, all knowledge (η = 1) | 0 | not run |" in text and "left out: 1 runs" in text
+    assert "| 69.09 |" in text  # the paper's Table 1 MyLC CMD-P beside ours
