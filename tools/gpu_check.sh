@@ -31,7 +31,7 @@ OUT="$OUT" timeout -s INT "${TEST_LIMIT:-90}" python3 -m pytest -m cuda -v -p no
     --junitxml="$OUT/cuda.xml" 2>&1 | tee "$OUT/cuda.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed"
 tests=${PIPESTATUS[0]}
 # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
-python3 -m tools.perf_suite ${PERF_ARGS:---budget 200 --skip sync,torchrun,step,throughput,compile,epochs_compile,compile_modes} \
+python3 -m tools.perf suite ${PERF_ARGS:---budget 200 --skip sync,torchrun,step,throughput,compile,epochs_compile,compile_modes} \
     --json "$OUT/perf.json" > "$OUT/perf.log" 2>&1
 perf=$?
 tail -40 "$OUT/perf.log"
