@@ -4,7 +4,7 @@ Each training run checks finite losses, metrics in range, and that the losses, t
 the selection of Eqs. 3-4 are computed in float32 even where the models' logits are bf16 or fp16.
 The same runs also go on CUDA where a GPU is present. The dtype tests prove that the losses do not
 depend on the autocast dtype of the logits at all: only the logits' own rounding remains. Last, the
-torchrun helper of the GPU suite (cuda_checks.py) runs here with gloo.
+torchrun check of the GPU suite (tools/perf.py) runs here with gloo.
 """
 import copy
 import json
@@ -20,7 +20,7 @@ import mutual
 import train
 from losses import cmd_loss, log_probs
 from mutual import LCS, Clock, Method, Precision, mutual_step
-from tools import cuda_checks
+from tools import perf
 from training import rundir
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -275,6 +275,6 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
 
 
 def test_torchrun_smoke_helper_runs_train_py_under_torchrun():
-    # perf_suite's NCCL smoke test, run here with gloo, so that its plumbing works before a GPU window
-    ok, seconds, why = cuda_checks.torchrun_smoke(torch.device("cpu"), timeout=180)
+    # the perf suite's NCCL smoke test, run here with gloo, so that its plumbing works before a GPU window
+    ok, seconds, why = perf.torchrun_smoke(torch.device("cpu"), timeout=180)
     assert ok and why is None and seconds > 0

@@ -602,14 +602,15 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
     assert capsys.readouterr().err == f"train.py: {train.EARLY}\n"
 
 
-@pytest.mark.parametrize("tool", ["sweep", "plot", "bench", "bench_batched", "perf_suite", "profile_step", "fmnist",
-                                  "batched"])
+@pytest.mark.parametrize("tool", ["sweep", "plot", "perf", "perf cost", "perf suite", "perf profile", "perf batched",
+                                  "fmnist", "batched"])
 def test_every_tool_refuses_an_unknown_flag_in_one_line(tool, capsys, tmp_path):
-    """python -m tools.NAME --no-such-flag: one line naming the flag and where the help is, exit 2, nothing
+    """python -m tools.NAME [PART] --no-such-flag: one line naming the flag and where the help is, exit 2, nothing
     written (argparse's own error would print the usage as well)."""
-    main = importlib.import_module(f"tools.{tool}").main
+    name, *part = tool.split()
+    main = importlib.import_module(f"tools.{name}").main
     with pytest.raises(SystemExit) as e:
-        main(["--no-such-flag", "--out", str(tmp_path / "out")])
+        main(part + ["--no-such-flag", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "error:" in err and "--help" in err, err
     assert not os.path.exists(tmp_path / "out")

@@ -16,7 +16,7 @@ from test_train import TINY, metrics
 
 import train
 from mutual import Clock, Comparators, Method, Precision, mutual_step, sum_names
-from tools import cuda_checks
+from tools import perf
 from training import graph, rundir
 
 K, N = 5, 16  # classes, batch size of the function-level runs
@@ -213,10 +213,10 @@ def test_the_captured_step_in_bf16_stays_within_the_eager_spread(tmp_path, monke
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode,lc", cuda_checks.SYNC_CASES)
+@pytest.mark.parametrize("mode,lc", perf.SYNC_CASES)
 def test_a_replay_never_waits_for_the_host(mode, lc):
     # graph.WARMUP eager steps and the capture, then 3 replays (with their copies into the static inputs) under
     # torch.cuda.set_sync_debug_mode("error"), which raises on any synchronisation
     warmup = graph.WARMUP + 1
-    assert cuda_checks.sync_free_samples(mode, lc, torch.device("cuda"), batch_size=128, warmup=warmup, steps=3,
-                                         graph="capture") == (warmup + 3) * 128
+    assert perf.sync_free_samples(mode, lc, torch.device("cuda"), batch_size=128, warmup=warmup, steps=3,
+                                  graph="capture") == (warmup + 3) * 128

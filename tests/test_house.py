@@ -347,4 +347,4 @@ def test_every_entry_point_reports_bad_input_and_ctrl_c_through_the_one_handler(
         assert decorators == ["one_line"], os.path.relpath(path, HERE)
         caught = {ast.unparse(h.type) for n in ast.walk(main) if isinstance(n, ast.Try) for h in n.handlers if h.type}
         assert path.endswith("train.py") or not any("KeyboardInterrupt" in c for c in caught), (path, caught)
-    assert mains >= 10
+    assert mains >= 7

@@ -68,7 +68,7 @@ def test_each_wave_takes_the_lowest_unfinished_seeds_and_pair_noise_after_three_
 
 def test_the_whole_gpu_command_at_toy_size_then_pack_and_report(tmp_path):
     # tools/gpu_check.sh is the one command a lent GPU runs; here its CUDA tests skip, each with its reason,
-    # perf_suite runs its small sizes, and the wave runs the toy size of the recipe on the CPU
+    # the perf suite runs its small sizes, and the wave runs the toy size of the recipe on the CPU
     write_idx(tmp_path / "data", n_train=300, n_test=60)
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, TEST_LIMIT="300", PATH="/usr/bin:/bin",

@@ -13,7 +13,7 @@ import torch
 
 import train
 from mutual import LCS, MODES, SMALL_LOSS
-from tools import cuda_checks
+from tools import perf
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -221,10 +221,10 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode,lc", cuda_checks.SYNC_CASES)
+@pytest.mark.parametrize("mode,lc", perf.SYNC_CASES)
 def test_training_step_is_sync_free_on_cuda(mode, lc):
     # 3 warm-up steps, then 2 under torch.cuda.set_sync_debug_mode("error"), which raises on any sync
-    assert cuda_checks.sync_free_samples(mode, lc, torch.device("cuda"), batch_size=128) == 5 * 128
+    assert perf.sync_free_samples(mode, lc, torch.device("cuda"), batch_size=128) == 5 * 128
 
 
 def fake_dataset(name, root):

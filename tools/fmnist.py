@@ -859,8 +859,8 @@ def parse(argv):
     if given and not recipe:
         p.error(f"{', '.join(given)}: the recipe's flags")
     args.noise = args.noise or ("auto" if recipe else "sym")
-    args.jobs = args.jobs or (None if recipe else 2)
-    args.seeds = args.seeds or (1 if recipe else len(REPORT_SEEDS))
+    args.jobs = (None if recipe else 2) if args.jobs is None else args.jobs
+    args.seeds = (1 if recipe else len(REPORT_SEEDS)) if args.seeds is None else args.seeds
     args.out = args.out or ("sweeps/fmnist" if not recipe else time.strftime("sweeps/fmnist/recipe/wave-%Y%m%d-%H%M%S"))
     args.pack = args.pack or (RAW if recipe else "docs/fmnist/runs.jsonl.gz")
     if recipe and (args.rate != 0.4 or args.noise != "auto" and args.stage != "wave" or rows or args.published_choice
@@ -869,6 +869,8 @@ def parse(argv):
                 "wave's")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         p.error(f"--out {args.out} is a file; give a directory")
+    if recipe and (args.jobs is not None and args.jobs < 1 or not 1 <= args.seeds <= 9):
+        p.error("--jobs must be at least 1 and --seeds between 1 and 9")
     if recipe:
         return args, rows
     if rows is not None and (args.study != "attribution" or set(rows) - set(ATTRIBUTION.rows)):
@@ -899,7 +901,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rows = parse(argv)
     if args.study == "recipe":
-        return recipe.main(args)
+        return recipe.run(args)
     study, command = STUDIES[args.study], shlex.join(["python", "-m", "tools.fmnist", *argv])
     if args.stage == "pack":
         added, total = pack(args.out, args.pack)

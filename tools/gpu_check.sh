@@ -8,7 +8,7 @@
 # 2. cuda.xml, cuda.log  every test marked cuda (pytest -m cuda), the graphed step's included, cut off by SIGINT
 #                        after $TEST_LIMIT s (default 100) so that pytest still writes the JUnit XML;
 #                        bf16_spread.json  the graphed step against the eager one in bf16 (test_graph.py)
-# 3. perf.json, perf.log python -m tools.perf_suite: the main command eager and graphed side by side (step ms,
+# 3. perf.json, perf.log python -m tools.perf suite: the main command eager and graphed side by side (step ms,
 #                        epochs_100_min both ways, capture seconds, peak memory), $PERF_LIMIT s (default 150);
 #                        PERF_ARGS replaces its flags
 # 4. wave/               one wave of the paper's recipe (python -m tools.fmnist recipe wave, tools/recipe.py) in
@@ -53,9 +53,9 @@ print("capture" if ran and all(c.find("failure") is None and c.find("error") is 
 PY
 )
 
-echo "gpu_check 3/4: perf_suite ($(left) s left)"
+echo "gpu_check 3/4: perf suite ($(left) s left)"
 # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
-timeout -k 20 "${PERF_LIMIT:-150}" "$PY" -m tools.perf_suite \
+timeout -k 20 "${PERF_LIMIT:-150}" "$PY" -m tools.perf suite \
     ${PERF_ARGS:---budget 120 --skip sync,torchrun,step,throughput,compile,epochs_compile,compile_modes,batched,graph_compile} \
     --json "$OUT/perf.json" > "$OUT/perf.log" 2>&1
 perf=$?
@@ -74,5 +74,5 @@ else
     wave=${PIPESTATUS[0]}
 fi
 find "$OUT" -name '*.pt' -delete  # a wave killed outright leaves its checkpoints: too large to bring back
-echo "gpu_check: env $env_rc, pytest -m cuda $tests, perf_suite $perf, wave $wave (graph $graph); $SECONDS s; files in $OUT"
+echo "gpu_check: env $env_rc, pytest -m cuda $tests, perf $perf, wave $wave (graph $graph); $SECONDS s; files in $OUT"
 exit $(( env_rc != 0 || tests != 0 || perf != 0 || wave != 0 ))

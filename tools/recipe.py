@@ -417,7 +417,7 @@ def report(path, size, dry_run=False):
     return 0
 
 
-def main(args):
+def run(args):
     """tools.fmnist's `recipe` stages (its parser checked the flags)."""
     path = args.pack or RAW
     if args.stage == "pack" and args.dry_run:

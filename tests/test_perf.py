@@ -1,17 +1,19 @@
-"""bench.py and perf_suite.py run end to end and report every figure under the README's names (no timing asserts)."""
+"""tools/perf.py's parts run end to end and report every figure under the names the docs quote (no timing asserts)."""
 import json
+import shlex
 import statistics
 
 import pytest
 import torch
 from test_cuda_config import has_cpp_compiler
+from test_faults import readme_and_docs, shown_commands
 
-from tools import bench, perf_suite
+from tools import perf
 
 
-def test_bench_reports_every_figure(tmp_path):
-    path = tmp_path / "bench.json"
-    res = bench.main(["--arch", "cnn", "--batch-size", "16", "--num-classes", "10", "--images", "64", "--epochs", "1",
+def test_cost_reports_every_figure(tmp_path):
+    path = tmp_path / "cost.json"
+    res = perf.main(["cost", "--arch", "cnn", "--batch-size", "16", "--num-classes", "10", "--images", "64", "--epochs", "1",
                       "--warmup", "1", "--repeats", "2", "--rounds", "1", "--workers", "0", "--json", str(path)])
     saved = json.loads(path.read_text())
     for key in ("loss_overhead", "step_ratio", "paper_ratio"):
@@ -21,26 +23,43 @@ def test_bench_reports_every_figure(tmp_path):
     assert set(saved["peers"]) == {"2", "3", "4"}  # the cohort's step against N plain CE steps, per N
     for m, fig in saved["peers"].items():
         assert fig["step_ratio"] == pytest.approx(fig["cmd_step_ms"] / fig["ce_steps_ms"]) and fig["step_ratio"] > 0
-        if torch.cuda.is_available():  # bench runs on the GPU where there is one, and then measures memory
+        if torch.cuda.is_available():  # cost runs on the GPU where there is one, and then measures memory
             assert fig["peak_memory_mib"] > 0
         else:
             assert fig["peak_memory_mib"] is None  # measured on CUDA only
     assert saved["peers"]["2"]["step_ratio"] == saved["step_ratio"]
 
 
-@pytest.mark.parametrize("main,flags,message", [
-    (bench.main, ["--peers", "1,3"], "--peers 1,3: a comma list of cohort sizes between 2 and 26"),
-    (bench.main, ["--batch-size", "0"], "--batch-size 0: must be at least 1"),
-    (bench.main, ["--skip", "bogus"], "unknown figure(s) bogus in --skip"),
-    (bench.main, ["--json", "{tmp}/no/such/folder.json"], "cannot write a file there"),
-    (perf_suite.main, ["--budget", "nan"], "--budget nan: give the seconds"),
-    (perf_suite.main, ["--json", "{tmp}"], "cannot write a file there"),  # a folder
+@pytest.mark.parametrize("flags,message", [
+    (["cost", "--peers", "1,3"], "--peers 1,3: a comma list of cohort sizes between 2 and 26"),
+    (["cost", "--batch-size", "0"], "--batch-size 0: must be at least 1"),
+    (["cost", "--skip", "bogus"], "unknown figure(s) bogus in --skip"),
+    (["cost", "--json", "{tmp}/no/such/folder.json"], "cannot write a file there"),
+    (["suite", "--budget", "nan"], "--budget nan: give the seconds"),
+    (["suite", "--json", "{tmp}"], "cannot write a file there"),  # a folder
+    (["suite", "--skip", "step,bogus"], "unknown part(s) bogus in --skip"),
+    (["profile", "--arch", "resnet35"], "unknown architecture 'resnet35'"),
+    (["batched", "--runs", "0"], "--runs 0: must be at least 1"),
+    (["batched", "--data-dir", "{tmp}/none"], "--data-dir {tmp}/none not found"),
 ])
-def test_bench_and_suite_refuse_bad_flags_before_timing_anything(tmp_path, capsys, main, flags, message):
+def test_every_part_refuses_bad_flags_before_timing_anything(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as e:
-        main([f.format(tmp=tmp_path) for f in flags])
-    assert e.value.code == 2 and message in capsys.readouterr().err
+        perf.main([f.format(tmp=tmp_path) for f in flags])
+    assert e.value.code == 2 and message.format(tmp=tmp_path) in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_perf_command_shown_in_the_readme_and_docs_is_accepted():
+    lines = [c for text in readme_and_docs().values() for c in shown_commands(text, "-m tools.perf")]
+    assert {shlex.split(c)[3] for c in lines} == {"cost", "suite", "profile", "batched"}
+    for line in lines:
+        perf.parse(shlex.split(line)[3:])  # refuses a part, flag or value that no longer exists
+
+
+def test_profile_reports_where_the_step_goes(capsys):
+    fig = perf.main(["profile", "--arch", "mlp", "--batch-size", "8", "--steps", "1", "--top", "3", "--device", "cpu"])
+    assert fig["step_ms_cudnn_benchmark_false"] > 0 and fig["device_busy_ms"] > 0 and fig["profiled_wall_ms"] > 0
+    assert "per step under the profiler" in capsys.readouterr().out
 
 
 # Every key the suite writes, as the README's performance section names them.
@@ -71,9 +90,9 @@ CUDA_ONLY = {"sync_free", "sync_free_cases", "torchrun_nccl", "torchrun_s", "pea
                for k in ("warmup_s", "step_ms", "speedup"))}
 
 
-def test_perf_suite_on_cpu_writes_every_key(tmp_path):
+def test_the_suite_on_cpu_writes_every_key(tmp_path):
     path = tmp_path / "perf.json"
-    res = perf_suite.main(["--device", "cpu", "--json", str(path)])
+    res = perf.main(["suite", "--device", "cpu", "--json", str(path)])
     saved = json.loads(path.read_text())
     reasons = saved.pop("reasons")
     assert SUITE_KEYS <= set(saved) and saved["small"] is True  # small sizes without being asked, on CPU
@@ -98,8 +117,8 @@ def test_perf_suite_on_cpu_writes_every_key(tmp_path):
     assert saved == {k: v for k, v in res.items()}
 
 
-def test_perf_suite_records_why_a_part_was_not_run(tmp_path):
-    res = perf_suite.main(["--device", "cpu", "--skip", "step,throughput,graph,epochs,batched,graph_compile,compile,"
+def test_the_suite_records_why_a_part_was_not_run(tmp_path):
+    res = perf.main(["suite", "--device", "cpu", "--skip", "step,throughput,graph,epochs,batched,graph_compile,compile,"
                            "epochs_compile", "--json",
                            str(tmp_path / "p.json")])
     assert res["step_ratio"] is None and res.reasons["step_ratio"] == "skipped with --skip"
