@@ -1,13 +1,16 @@
 """Every download path end to end, offline: a real HTTP server on 127.0.0.1, started and stopped here, serves tiny
 copies of the published files in their published formats and names (cifar-100-python.tar.gz, cifar-10-python.tar.gz,
 Fashion-MNIST's and MNIST's gzipped IDX files, food-101.tar.gz) to train.py's --data-mirror. train.py downloads them,
-checks their md5, extracts them, reads them (CIFAR's pickles through safe_pickle) and trains one epoch. Each way a
-download fails (a refused connection, a 404, a connection cut short, a file cut short, a file with another md5) is
-one line that names the network or the integrity failure, exit 2, and leaves nothing under --data-dir. The README's
-main command on a machine without network says so in one line. No request leaves the loopback address.
+checks their md5, extracts them with torchvision into the folders torchvision's classes read, reads them through
+those classes and readers (CIFAR's pickles only after torchvision has checked their md5) and trains one epoch. Each
+way a download fails (a refused connection, a 404, a connection cut short, a file cut short, a file with another md5)
+is one line that names the network or the integrity failure, exit 2, and leaves --data-dir as it was, down to the
+folders above it that the download made. The README's main command on a machine without network says so in one line.
+No request leaves the loopback address.
 
-A download is checked against the published md5 sums (download.SOURCES, torchvision's). The tiny copies have their
-own: the tests put those in SOURCES, in this process only, except where the published sum is the point.
+A download is checked against the md5 sums torchvision's classes publish (download.published). The tiny copies have
+their own: the tests set those on the classes, in this process and this test only (conftest puts the real ones back),
+except where the published sum is the point.
 """
 import hashlib
 import http.server
@@ -22,12 +25,13 @@ import threading
 import numpy as np
 import pytest
 import torch
-from test_datasets import write_cifar, write_cifar10, write_food101
+from test_datasets import publish, write_cifar, write_cifar10, write_food101
 from test_mnist import write_idx
+from torchvision import datasets as tv
 
 import train
 from training import download
-from training.datasets import FileImages, load_dataset
+from training.datasets import CIFAR, IDX, FileImages, load_dataset
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 DATASETS = ("cifar100", "cifar10", "fashionmnist", "mnist", "food101")
@@ -44,14 +48,14 @@ def published(tmp_path_factory):
     for name, write in (("cifar100", write_cifar), ("cifar10", write_cifar10), ("food101", write_food101)):
         (root / name).mkdir()
         write(root / name)
-        folder = download.SOURCES[name].folder
+        [(file, _, _)], folder, _ = download.published(name)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:  # the archive's top folder, as the published ones
             tar.add(root / name / folder, arcname=folder)
-        out[name] = (root / name, {download.SOURCES[name].files[0][0]: buf.getvalue()})
+        out[name] = (root / name, {file: buf.getvalue()})
     for seed, name in enumerate(("fashionmnist", "mnist")):
         write_idx(root / name, gz=True, seed=seed)  # torchvision's resource names: train-images-idx3-ubyte.gz, ...
-        out[name] = (root / name, {f: (root / name / f).read_bytes() for f, _ in download.SOURCES[name].files})
+        out[name] = (root / name, {f: (root / name / f).read_bytes() for f, _, _ in download.published(name)[0]})
     return out
 
 
@@ -108,11 +112,17 @@ def serve(server, prefix, files, cut=None, short=None):
     return f"http://127.0.0.1:{server.server_address[1]}/{prefix}"
 
 
-def md5s_of(monkeypatch, name, files):
-    """Make these files' md5 sums the ones a download of `name` is checked against."""
-    src = download.SOURCES[name]
-    sums = tuple((f, hashlib.md5(files[f]).hexdigest()) for f, _ in src.files)
-    monkeypatch.setitem(download.SOURCES, name, src._replace(files=sums))
+def md5s_of(name, files, source):
+    """Make these files' md5 sums the published ones a download of `name` is checked against, on torchvision's
+    classes; for CIFAR also those of the pickles in the archive (from `source`), which torchvision checks on load."""
+    md5 = {f: hashlib.md5(body).hexdigest() for f, body in files.items()}
+    if name in CIFAR:
+        CIFAR[name].torchvision.tgz_md5 = md5[CIFAR[name].torchvision.filename]
+        publish(name, source)
+    elif name in IDX:
+        IDX[name].torchvision.resources = [(f, md5[f]) for f, _ in IDX[name].torchvision.resources]
+    else:
+        tv.Food101._MD5 = md5[os.path.basename(tv.Food101._URL)]
 
 
 def same_data(a, b):
@@ -130,9 +140,9 @@ def same_data(a, b):
 # ---------------------------------------------------------------- downloads that work
 
 @pytest.mark.parametrize("name", DATASETS)
-def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, monkeypatch, server, published, name):
+def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, server, published, name):
     source, files = published[name]
-    md5s_of(monkeypatch, name, files)
+    md5s_of(name, files, source)
     mirror = serve(server, f"ok-{name}", files)
     data = tmp_path / "data"  # not there yet: the download makes it
     if name in TRAINED:
@@ -143,13 +153,13 @@ def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, monkeypat
     else:
         load_dataset(name, data, mirror=mirror)
     # the dataset's folder alone, no staging folder or archive beside it, and it holds exactly what was served
-    assert os.listdir(data) == [download.SOURCES[name].folder.split(os.sep)[0]]
+    assert os.listdir(data) == [download.published(name)[1].split(os.sep)[0]]
     same_data(load_dataset(name, data, download=False), load_dataset(name, source, download=False))
 
 
-def test_a_mirror_may_be_a_folder(tmp_path, monkeypatch, published):
+def test_a_mirror_may_be_a_folder(tmp_path, published):
     source, files = published["mnist"]
-    md5s_of(monkeypatch, "mnist", files)
+    md5s_of("mnist", files, source)
     (tmp_path / "mirror").mkdir()
     for f, body in files.items():
         (tmp_path / "mirror" / f).write_bytes(body)
@@ -167,16 +177,15 @@ FAILURES = {  # how the download fails -> which failure the line must name
 
 @pytest.mark.parametrize("how", FAILURES)
 @pytest.mark.parametrize("name", DATASETS)
-def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing(tmp_path, monkeypatch, capsys,
-                                                                                 server, published, closed_port,
-                                                                                 name, how):
-    _, files = published[name]
+def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing(tmp_path, capsys, server,
+                                                                                 published, closed_port, name, how):
+    source, files = published[name]
     if how != "other md5":  # the tiny copies' own sums; "other md5" keeps the published ones
-        md5s_of(monkeypatch, name, files)
+        md5s_of(name, files, source)
     mirror = (f"http://127.0.0.1:{closed_port}/" if how == "refused" else
               serve(server, f"{how}-{name}".replace(" ", "-"), files if how != "404" else {},
                     cut=how == "connection cut short", short=how == "file cut short"))
-    first = download.SOURCES[name].files[0][0]
+    first = download.published(name)[0][0][0]
     for made in (False, True):  # --data-dir not there yet, or there and empty: either way left as it was
         data = tmp_path / "data"
         if made:
@@ -189,6 +198,26 @@ def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing
         assert err.startswith("train.py: error: ") and f"{FAILURES[how]} failure" in err, err
         assert f"{mirror.rstrip('/')}/{first}" in err and "--data-dir" in err, err
         assert os.listdir(tmp_path) == (["data"] if made else []) and (not made or os.listdir(data) == [])
+
+
+@pytest.mark.parametrize("name", ["cifar10", "mnist"])  # an archive into its folder; .gz files into <Class>/raw/
+def test_a_failed_download_into_a_nested_data_dir_removes_every_folder_it_made(tmp_path, capsys, server, published,
+                                                                               name):
+    """--data-dir tmp/a/b/data, none of it there: a download that fails once it has made them (mnist: after its
+    first file came whole and was extracted) removes data/, b/ and a/, and nothing above: tmp/ stays, as it was."""
+    source, files = published[name]
+    md5s_of(name, files, source)
+    first = download.published(name)[0][0][0]
+    # mnist: the first file whole, then a 404; cifar10's one archive: cut short
+    mirror = serve(server, f"nested-{name}", {first: files[first]}, cut=name in CIFAR)
+    (tmp_path / "kept").write_text("a file beside a/ that the download must leave")
+    data = tmp_path / "a" / "b" / "data"
+    with pytest.raises(SystemExit) as exit:
+        train.main(["--dataset", name, "--data-dir", str(data), "--data-mirror", mirror, "--out",
+                    str(tmp_path / "run"), *RUN])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.strip().splitlines()) == 1 and "network failure" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["kept"], os.listdir(tmp_path)
 
 
 def test_a_mirror_that_is_no_url_is_one_line(tmp_path, capsys):

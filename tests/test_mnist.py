@@ -1,5 +1,5 @@
-"""Tests for --dataset fashionmnist and mnist (datasets.py's IDX loader, batches.py's crop-only
-augmentation) and the CIFAR --data-dir hint. The IDX files are written here with struct and
+"""Tests for --dataset fashionmnist and mnist (datasets.py's IDX loader around torchvision's readers, batches.py's
+crop-only augmentation) and the CIFAR --data-dir hint. The IDX files are written here with struct and
 gzip, byte by byte from the format's description, not with the loader's code; train.py and
 evaluate.py then run on them as users run them."""
 import gzip
@@ -116,18 +116,18 @@ def test_not_found_names_the_files_the_places_and_the_debian_package(tmp_path):
 
 # ------------------------------------------------------------------ bad files: one line naming the file
 
+IMAGES, LABELS = "not an intact IDX images file", "not an intact IDX labels file"  # torchvision's readers refuse it
 BAD = {  # what to do to which file -> words the message must have
-    "truncated": ("train-images-idx3-ubyte", lambda p: p.write_bytes(p.read_bytes()[:-100]), "cut short"),
-    "truncated_gzip": ("t10k-images-idx3-ubyte.gz", lambda p: p.write_bytes(p.read_bytes()[:-30]), "cut short"),
-    "header_only": ("train-labels-idx1-ubyte", lambda p: p.write_bytes(p.read_bytes()[:6]), "cut short"),
-    "too_long": ("train-images-idx3-ubyte", lambda p: p.write_bytes(p.read_bytes() + b"\0"), "longer than"),
+    "truncated": ("train-images-idx3-ubyte", lambda p: p.write_bytes(p.read_bytes()[:-100]), IMAGES),
+    "truncated_gzip": ("t10k-images-idx3-ubyte.gz", lambda p: p.write_bytes(p.read_bytes()[:-30]), IMAGES),
+    "header_only": ("train-labels-idx1-ubyte", lambda p: p.write_bytes(p.read_bytes()[:6]), LABELS),
+    "too_long": ("train-images-idx3-ubyte", lambda p: p.write_bytes(p.read_bytes() + b"\0"), IMAGES),
     "wrong_magic": ("train-images-idx3-ubyte", lambda p: p.write_bytes(b"\x12\x34\x56\x78" + p.read_bytes()[4:]),
-                    "magic number 0x12345678, expected 0x00000803"),
+                    "its magic number is no IDX file's"),
     "labels_as_images": ("train-images-idx3-ubyte",
-                         lambda p: p.write_bytes(idx(2049, np.zeros(20, np.uint8))), "labels file"),
-    "gzip_without_gz": ("train-labels-idx1-ubyte", lambda p: p.write_bytes(gzip.compress(p.read_bytes())),
-                        "it is gzipped"),
-    "not_gzip": ("t10k-labels-idx1-ubyte.gz", lambda p: p.write_bytes(b"no gzip here"), "cannot be read"),
+                         lambda p: p.write_bytes(idx(2049, np.zeros(20, np.uint8))), "3 dimension instead of 1"),
+    "gzip_without_gz": ("train-labels-idx1-ubyte", lambda p: p.write_bytes(gzip.compress(p.read_bytes())), LABELS),
+    "not_gzip": ("t10k-labels-idx1-ubyte.gz", lambda p: p.write_bytes(b"no gzip here"), LABELS),
     "label_count": ("train-labels-idx1-ubyte", lambda p: p.write_bytes(idx(2049, np.zeros(19, np.uint8))),
                     "19 labels for the 20 images"),
     "label_range": ("t10k-labels-idx1-ubyte.gz",
@@ -136,7 +136,7 @@ BAD = {  # what to do to which file -> words the message must have
     "test_side": ("t10k-images-idx3-ubyte.gz",
                   lambda p: p.write_bytes(gzip.compress(idx(2051, np.zeros((8, 32, 32), np.uint8)))), "32x32"),
     "no_images": ("train-images-idx3-ubyte", lambda p: p.write_bytes(idx(2051, np.zeros((0, 28, 28), np.uint8))),
-                  "holds no images"),
+                  IMAGES),
 }
 
 

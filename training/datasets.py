@@ -3,9 +3,13 @@
 DATASETS     -- the names load_dataset accepts
 load_dataset -- name -> Data (mini-WebVision's loader is webvision.py)
 Synthetic    -- the settings of the synthetic data set (synthetic.py), load_dataset's `synthetic`
-CIFAR        -- where CIFAR-10 and CIFAR-100 live on disk (python pickles)
-IDX          -- where Fashion-MNIST and MNIST live on disk (IDX files, plain or gzipped; read by idx.py)
+CIFAR        -- cifar10/cifar100: torchvision's class (folder, files, published md5 sums, reader) and statistics
+IDX          -- fashionmnist/mnist: torchvision's class (raw/ folder, files, reader), statistics, where else to get it
 NO_FLIP      -- the datasets whose paper augmentation is crop-only (batches.Spec(flip=False))
+
+CIFAR-10/100, Fashion-MNIST, MNIST and Food-101 are read by torchvision's dataset classes and readers, and
+downloaded into the folders they read by download.py. What is ours is a one-line DataError for each way the
+files can be wrong, and Fashion-MNIST/MNIST in a flat folder (torchvision's class reads only its raw/ folder).
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
@@ -14,18 +18,23 @@ are clean, and take synthetic noise as cifar10/100 do.
 The types they are made of (Data, TensorImages, DataError, ...) are images.py; how batches are
 drawn and augmented is batches.py.
 """
-import json
+import gzip
 import os
+import shutil
+import tempfile
+import zlib
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from PIL import Image
+from torchvision import datasets as tv
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+from torchvision.datasets.mnist import read_image_file, read_label_file
+from torchvision.datasets.utils import calculate_md5
 
-from training import safe_pickle, webvision
+from training import webvision
 from training.download import fetch
-from training.idx import IDX, read_idx_dataset
 # Data, DataError, FileImages, ... are images.py's; train.py reaches them through this module too.
 from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataError, FileImages, TensorImages,
                              first_line, label_array, open_image, require_file, to_rgb)
@@ -68,7 +77,7 @@ def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synth
     if name in CIFAR:
         return _cifar(name, data_dir, image_size, download, mirror)
     if name in IDX:
-        return read_idx_dataset(name, data_dir, image_size, download, mirror)
+        return _idx(name, data_dir, image_size, download, mirror)
     if name == "food101":
         return _food101(data_dir, image_size or 224, download, mirror)
     if name == "webvision":
@@ -79,97 +88,190 @@ def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synth
 # ------------------------------------------------------------ CIFAR-10/100
 
 class Cifar(NamedTuple):
-    """Where a CIFAR lives under data_dir, as its python archive extracts, and which keys its pickles use."""
-    folder: str
-    train: tuple[str, ...]  # the training pickles, in the order of the training set (and of CIFAR-N's labels)
-    test: str
-    meta: str
-    names: str              # key of the class names in `meta`
-    labels: str             # key of the labels in each data pickle
-    archive: str            # what download.py fetches and extracts
+    torchvision: type  # its class: base_folder, train_list/test_list/meta with their published md5 sums, filename
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
 
 
-CIFAR = {
-    "cifar100": Cifar("cifar-100-python", ("train",), "test", "meta", "fine_label_names", "fine_labels",
-                      "cifar-100-python.tar.gz", CIFAR100_MEAN, CIFAR100_STD),
-    "cifar10": Cifar("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch",
-                     "batches.meta", "label_names", "labels", "cifar-10-python.tar.gz",
-                     CIFAR10_MEAN, CIFAR10_STD),
-}
+CIFAR = {"cifar100": Cifar(tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD),
+         "cifar10": Cifar(tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD)}
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 
 
 def _cifar(name, data_dir, image_size, download, mirror):
-    """The official python pickles: <data_dir>/cifar-100-python/{train,test,meta} or
+    """The official python pickles, read by torchvision's class: <data_dir>/cifar-100-python/{train,test,meta} or
     <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}."""
-    c = CIFAR[name]
+    c = CIFAR[name].torchvision
     if image_size not in (None, 32):
         raise DataError(f"{name} images are 32x32, got --image-size {image_size}; leave it unset")
-    folder = os.path.join(data_dir, c.folder)
+    folder = os.path.join(data_dir, c.base_folder)
     inside = os.path.basename(os.path.normpath(data_dir))
-    if not os.path.isdir(folder) and inside in {x.folder for x in CIFAR.values()}:
+    if not os.path.isdir(folder) and inside in {x.torchvision.base_folder for x in CIFAR.values()}:
         # --data-dir names the extracted folder instead of its parent: say so now, rather than
         # "not found", or a download of the archive into the dataset's own folder
         parent = os.path.dirname(os.path.normpath(data_dir)) or os.curdir
-        other = next(n for n, x in CIFAR.items() if x.folder == inside)
+        other = next(n for n, x in CIFAR.items() if x.torchvision.base_folder == inside)
         raise DataError(f"--data-dir {data_dir} is the {inside}/ folder itself; pass the folder that holds it: "
                         f"--data-dir {parent}" if other == name else
-                        f"--data-dir {data_dir} is {other}'s {inside}/ folder itself, and {name} needs {c.folder}/; "
-                        f"pass the folder that holds {c.folder}/ (for --dataset {other}: --data-dir {parent})")
+                        f"--data-dir {data_dir} is {other}'s {inside}/ folder itself, and {name} needs "
+                        f"{c.base_folder}/; pass the folder that holds {c.base_folder}/ (for --dataset {other}: "
+                        f"--data-dir {parent})")
     if not os.path.isdir(folder):
-        how = (f"put the extracted {c.folder}/ folder (from {c.archive}, "
-               "https://www.cs.toronto.edu/~kriz/cifar.html) under --data-dir")
+        how = f"put the extracted {c.base_folder}/ folder (from {c.filename}, {CIFAR_URL}) under --data-dir"
         if not download:
             raise DataError(f"{name} folder {folder} not found and download is off; {how}")
         try:
             fetch(name, data_dir, mirror)
         except DataError as err:
             raise DataError(f"{name} folder {folder} not found, and downloading it failed: {err}; or {how}") from err
-    # We unpickle the files ourselves (encoding="latin1" as torchvision, but through safe_pickle)
-    # instead of using torchvision's CIFAR classes: they check md5 sums on
-    # every load, so this code path could not be tested on tiny pickles.
-    names = _unpickle(os.path.join(folder, c.meta), {c.names: list}, c.archive)[c.names]
-    k = len(names)
-    splits = {}
-    for split, files in (("train", c.train), ("test", (c.test,))):
-        xs, ys = [], []
-        for path in (os.path.join(folder, f) for f in files):
-            d = _unpickle(path, {"data": np.ndarray, c.labels: list}, c.archive)
-            x, y = d["data"], label_array(d[c.labels])
-            if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(y) != len(x):
-                raise DataError(f"{path}: expected 'data' uint8 (N, 3072) and N '{c.labels}', got "
-                                f"{x.dtype} {x.shape} and {len(y)} labels; re-extract {c.archive}")
-            if len(y) and not 0 <= y.min() <= y.max() < k:
-                raise DataError(f"{path}: {c.labels} outside 0..{k - 1}; re-extract {c.archive}")
-            xs.append(x)
-            ys.append(y)
-        # Each row is the R plane, then G, then B, each 32x32 row-major.
-        x = np.concatenate(xs)
-        splits[split] = TensorImages(torch.from_numpy(x.reshape(-1, 3, 32, 32)), np.concatenate(ys))
-    return Data(splits["train"], {"test": splits["test"]}, k, c.mean, c.std)
-
-
-def _unpickle(path, keys, archive):
-    """Load one CIFAR pickle and check it is a dict holding `keys` of the given types."""
-    if not os.path.isfile(path):
-        raise DataError(f"CIFAR file {path} not found; re-extract {archive} under --data-dir")
+    # torchvision checks each pickle against its published md5 before pickle.load: that check is what makes
+    # unpickling them safe, and a file that fails it is named below.
     try:
-        with open(path, "rb") as f:
-            d = safe_pickle.load(f)  # numpy arrays, lists and strings only: nothing in the file is called
-    except Exception as err:
-        raise DataError(f"{path} is not a readable CIFAR pickle ({first_line(err)}); "
-                        f"re-extract {archive}") from err
-    for key, kind in keys.items():
-        if not isinstance(d, dict) or not isinstance(d.get(key), kind):
-            raise DataError(f"{path}: expected a dict with '{key}' ({kind.__name__}); re-extract {archive}")
-    return d
+        sets = [c(data_dir, train=split) for split in (True, False)]
+    except RuntimeError as err:
+        raise _not_published(c, folder) from err
+    # torchvision's data is (N, 32, 32, 3), a view of the files' rows (R plane, G, B, each 32x32): permute back
+    # to that memory, (N, 3, 32, 32), without a copy.
+    train, test = [TensorImages(torch.from_numpy(s.data).permute(0, 3, 1, 2).contiguous(), label_array(s.targets))
+                   for s in sets]
+    return Data(train, {"test": test}, len(sets[0].classes), CIFAR[name].mean, CIFAR[name].std)
+
+
+def _not_published(c, folder):
+    """The DataError for a CIFAR folder that torchvision refused: the first file missing or not the published one."""
+    fix = f"re-extract {c.filename} (or delete {folder} and let it download again)"
+    for file, md5 in c.train_list + c.test_list + [(c.meta["filename"], c.meta["md5"])]:
+        path = os.path.join(folder, file)
+        if not os.path.isfile(path):
+            return DataError(f"CIFAR file {path} not found; {fix}")
+        got = calculate_md5(path)
+        if got != md5:
+            return DataError(f"{path} is not the published file (md5 {got}, published {md5}), so it is not "
+                             f"unpickled; {fix}")
+    return DataError(f"torchvision cannot read {folder}; {fix}")
+
+
+# ------------------------------------------------------- Fashion-MNIST, MNIST
+
+class Idx(NamedTuple):
+    torchvision: type  # its class: <data_dir>/<its name>/raw/, where its download puts the four files
+    title: str         # the name in messages
+    mean: float        # of the training images' pixels, in [0, 1]
+    std: float
+    elsewhere: str     # where else the files can be had, for the message when none are found
+
+
+IDX = {
+    "fashionmnist": Idx(tv.FashionMNIST, "Fashion-MNIST", 0.2860, 0.3530,
+                        "on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
+                        "/usr/share/datasets/fashion-mnist/ (pass --data-dir /usr/share/datasets/fashion-mnist)"),
+    "mnist": Idx(tv.MNIST, "MNIST", 0.1307, 0.3081,
+                 "Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the four "
+                 "files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) makes, from a "
+                 "machine with internet into --data-dir"),
+}
+IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+             "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+IDX_CLASSES = 10
+IDX_TRAIN = 60000  # both datasets' training set size
+
+# Representation: the gray channel is repeated to three, uint8 (N, 3, 28, 28) contiguous, as
+# every TensorImages is. Every model in models.py takes 3 channels (their first conv, and
+# mlp's Linear(3 * side * side)), and batches.py normalises and augments 3-channel uint8
+# batches channel by channel; three copies cost 141 MB for the training set (47 MB as one
+# channel) and change nothing else. mean/std are the training set's, the same on each channel.
+
+
+def _idx(name, data_dir, image_size, download, mirror):
+    """The four IDX files, each plain or gzipped, in <data_dir> itself (Debian's dataset-fashion-mnist installs
+    them so) or in torchvision's <data_dir>/FashionMNIST/raw/ (<data_dir>/MNIST/raw/ for mnist), the first place
+    that has all four, read by torchvision's readers. None there and download: fetch them into raw/ (download.py)."""
+    c = IDX[name]
+    raw = os.path.join(data_dir, c.torchvision.__name__, "raw")
+    files = _find_idx((data_dir, raw))
+    if files is None:
+        failed = " and download is off"
+        if download:
+            try:
+                fetch(name, data_dir, mirror)
+                files = _find_idx((data_dir, raw))
+                failed = ", not even after a download that reported no error"
+            except DataError as err:
+                failed = f", and downloading them failed: {err}"
+        if files is None:
+            names = ", ".join(n for pair in IDX_FILES.values() for n in pair)
+            raise DataError(f"{c.title} files {names} (each plain or .gz) not found in {data_dir} or {raw}{failed}; "
+                            f"{c.elsewhere}")
+    splits = {}
+    for split, (images_name, labels_name) in IDX_FILES.items():
+        images_path, labels_path = files[images_name], files[labels_name]
+        x, y = _read_idx(read_image_file, images_path), _read_idx(read_label_file, labels_path)  # (N, H, W), (M,)
+        n, rows, cols = x.shape
+        if split == "test" and (rows, cols) != splits["train"].images.shape[2:]:
+            h, w = splits["train"].images.shape[2:]
+            raise DataError(f"{images_path} holds {rows}x{cols} images, {files['train-images-idx3-ubyte']} "
+                            f"{h}x{w}; put the four files of one copy of {c.title} together")
+        if len(y) != n or n == 0:
+            raise DataError(f"{labels_path} holds {len(y)} labels for the {n} images of {images_path}; "
+                            f"put the four files of one copy of {c.title} together")
+        if y.max() >= IDX_CLASSES:
+            i = int(torch.argmax((y >= IDX_CLASSES).int()))
+            raise DataError(f"{labels_path}: label {int(y[i])} at index {i} is outside 0..{IDX_CLASSES - 1}; "
+                            f"replace the file with an intact copy of {c.title}'s")
+        # One gray channel -> three identical ones (see the note above); np.repeat makes a new contiguous
+        # array, and four times as fast as torch's repeat.
+        splits[split] = TensorImages(torch.from_numpy(np.repeat(x.numpy()[:, None], 3, axis=1)), y.numpy())
+    mean = float(splits["train"].images[:, 0].float().mean()) / 255
+    other = next(o for o in IDX if o != name)
+    if len(splits["train"].labels) == IDX_TRAIN and abs(mean - IDX[other].mean) < abs(mean - c.mean):
+        # The two datasets' files have the same names; their full training sets' mean pixel tells them apart.
+        raise DataError(f"the files in {os.path.dirname(files['train-images-idx3-ubyte'])} look like "
+                        f"{IDX[other].title}'s (mean pixel {mean:.3f}; {IDX[other].title} {IDX[other].mean}, "
+                        f"{c.title} {c.mean}): use --dataset {other}, or point --data-dir at {c.title}'s files")
+    side = splits["train"].images.shape[2:]
+    if image_size is not None and (image_size, image_size) != tuple(side):
+        raise DataError(f"{name} images are {side[0]}x{side[1]}, got --image-size {image_size}; leave it unset")
+    return Data(splits["train"], {"test": splits["test"]}, IDX_CLASSES, (c.mean,) * 3, (c.std,) * 3)
+
+
+def _find_idx(places):
+    """{file name: path} for the first place that holds all four IDX files, or None. A plain file
+    wins over its .gz: torchvision's raw/ keeps both, and the plain one reads without inflating."""
+    for place in places:
+        found = {}
+        for name in (n for pair in IDX_FILES.values() for n in pair):
+            found[name] = next((p for p in (os.path.join(place, name), os.path.join(place, name + ".gz"))
+                                if os.path.isfile(p)), None)
+        if all(found.values()):
+            return found
+    return None
+
+
+def _read_idx(read, path):
+    """torchvision's read_image_file or read_label_file on one IDX file; a bad file is a DataError naming it.
+
+    Those readers open plain files only, and torchvision's class inflates a .gz into raw/ only when it matches the
+    published md5, downloading it otherwise. Debian's dataset-fashion-mnist installs recompressed .gz files (another
+    md5) in a folder a user cannot write, so a .gz is inflated to a temporary file for the reader instead."""
+    try:
+        if not path.endswith(".gz"):
+            return read(path)
+        with gzip.open(path) as packed, tempfile.NamedTemporaryFile(prefix="idx-") as plain:
+            shutil.copyfileobj(packed, plain, 1 << 20)
+            plain.flush()
+            return read(plain.name)
+    except (OSError, EOFError, zlib.error, AssertionError, ValueError, TypeError, RuntimeError) as err:
+        # a gzip stream cut short or no gzip at all, or torchvision's reader: a magic number of no IDX file (its
+        # bare assert), a file shorter or longer than its header says (view), labels where images belong
+        why = "its magic number is no IDX file's" if isinstance(err, AssertionError) else first_line(err)
+        raise DataError(f"{path} is not an intact IDX {'images' if read is read_image_file else 'labels'} file "
+                        f"({why}); replace it with an intact copy (download it again)") from err
 
 
 # ------------------------------------------------------------------- Food-101
 
 def _food101(data_dir, size, download, mirror):
-    """torchvision's layout <data_dir>/food-101/{meta/{train,test}.json, images/}."""
+    """torchvision's Food101 on <data_dir>/food-101/{meta/{train,test}.json, images/}."""
     root = os.path.join(data_dir, "food-101")
     meta, images = os.path.join(root, "meta"), os.path.join(root, "images")
     if not (os.path.isdir(meta) and os.path.isdir(images)):
@@ -181,28 +283,22 @@ def _food101(data_dir, size, download, mirror):
             fetch("food101", data_dir, mirror)
         except DataError as err:
             raise DataError(f"Food-101 not found at {root}, and downloading it failed: {err}; or {how}") from err
-    splits, classes = {}, None
+    splits = {}
     for split in ("train", "test"):
         path = os.path.join(meta, f"{split}.json")
-        try:
-            with open(path) as f:
-                index = json.load(f)  # class name -> ["class_name/image_id", ...]
-            assert isinstance(index, dict) and all(isinstance(v, list) for v in index.values())
-        except (OSError, ValueError, AssertionError) as err:
+        try:  # class index = sorted class names (torchvision's, and classes.txt's order)
+            ds = tv.Food101(data_dir, split=split)
+        except (OSError, ValueError, AttributeError, TypeError) as err:  # no file, no JSON, or not a dict of lists
             raise DataError(f"{path} is missing or not a dict of lists ({first_line(err)}); "
                             f"re-extract food-101.tar.gz") from err
-        # Class index = sorted class names, as in torchvision's Food101 (and classes.txt).
-        classes = classes or sorted(index)
-        if sorted(index) != classes:
+        if split == "test" and ds.classes != splits["train"][0]:  # torchvision would number them differently
             raise DataError(f"{path} has other classes than meta/train.json; re-extract food-101.tar.gz")
-        idx = {c: i for i, c in enumerate(classes)}
-        paths = [os.path.join(images, *f"{rel}.jpg".split("/")) for c in index for rel in index[c]]
-        labels = label_array([idx[c] for c in index for _ in index[c]])
-        if not paths:
+        if not ds._image_files:
             raise DataError(f"{path} lists no images; re-extract food-101.tar.gz")
-        require_file(paths[0], path)
-        splits[split] = FileImages(paths, labels, size, "food101")
-    return Data(splits["train"], {"test": splits["test"]}, len(classes), IMAGENET_MEAN, IMAGENET_STD)
+        require_file(ds._image_files[0], path)
+        splits[split] = ds.classes, FileImages([os.fspath(p) for p in ds._image_files], label_array(ds._labels),
+                                               size, "food101")
+    return Data(splits["train"][1], {"test": splits["test"][1]}, len(splits["train"][0]), IMAGENET_MEAN, IMAGENET_STD)
 
 
 # -------------------------------------------------------------- image folder

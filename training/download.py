@@ -1,16 +1,21 @@
-"""Fetching a dataset that is not on disk yet (paper appendix, "Datasets"): the files torchvision downloads for
-CIFAR-100, CIFAR-10, Fashion-MNIST, MNIST and Food-101, from their own sites or from --data-mirror.
+"""Fetching a dataset that is not on disk yet (paper appendix, "Datasets"): what torchvision's CIFAR-100, CIFAR-10,
+Fashion-MNIST, MNIST and Food-101 classes download, from their own sites or from --data-mirror.
 
-SOURCES            -- per dataset: its files with their published md5 sums, the sites that serve them, where they go
-fetch              -- download, check each md5, extract, move into place; a failure leaves nothing under data_dir
+fetch              -- download each file, check its published md5, extract it with torchvision, move it into the
+                      folder torchvision's class reads; a failure leaves --data-dir as it was
 DownloadError      -- a DataError whose one line says which failed: the network (no whole file came) or the
-                      integrity check (a file came, but not the published one)
+                      integrity check (a whole file came, but not the published one)
 tidy_after_failure -- a failed step leaves none of the folders it made
 
-The URLs and md5 sums are torchvision's (its dataset classes' attributes), so they are written once. We fetch
-the files ourselves rather than through those classes: torchvision's CIFAR classes unpickle what they download
-with pickle.load (we read it with safe_pickle), its downloads have no timeout and leave a half-written file
-behind, and its errors do not say whether the network or the file was at fault.
+The URLs, file names and md5 sums are the classes' own attributes, read at each call; the extraction is
+torchvision's extract_archive, so the files land where the classes look for them. Only the transfer is ours.
+torchvision 0.29's download (download=True), tried against a local server, fails three users that this fixes:
+- whose connection drops mid-file: it reads to the early end without comparing Content-Length and then says
+  "File not found or corrupted.", as for a file with another md5, so a network failure reads as corrupt data.
+  _get compares the bytes with Content-Length: network failure, not integrity failure.
+- whose download fails at all: it leaves the half-written or wrong file, and the folders it made, in --data-dir.
+  Everything goes to a staging folder and moves into place only when whole; tidy_after_failure removes the rest.
+- behind a server that stalls: it reads with no timeout, so the run hangs forever. _get gives up after TIMEOUT.
 
 A mirror holds the files under their published names (cifar-100-python.tar.gz, train-images-idx3-ubyte.gz, ...),
 at any http://, https:// or file:// URL; they are checked against the published md5 sums all the same, so a
@@ -28,9 +33,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from typing import NamedTuple
 
 from torchvision import datasets as tv
+from torchvision.datasets.utils import extract_archive
 
 from training.images import DataError, first_line
 
@@ -38,28 +43,16 @@ TIMEOUT = 60  # seconds without a byte before a download counts as failed
 CHUNK = 1 << 20
 
 
-class Source(NamedTuple):
-    files: tuple[tuple[str, str], ...]  # (file name, its published md5)
-    sites: tuple[str, ...]              # base URLs that serve every file, tried in order
-    folder: str                         # where the files end up under data_dir
-    archive: bool                       # True: one .tar.gz whose top folder is `folder`; False: kept as they are
-
-
-def _site(url):
-    return url.rsplit("/", 1)[0] + "/"
-
-
-SOURCES = {
-    "cifar100": Source(((tv.CIFAR100.filename, tv.CIFAR100.tgz_md5),), (_site(tv.CIFAR100.url),),
-                       tv.CIFAR100.base_folder, True),
-    "cifar10": Source(((tv.CIFAR10.filename, tv.CIFAR10.tgz_md5),), (_site(tv.CIFAR10.url),),
-                      tv.CIFAR10.base_folder, True),
-    "fashionmnist": Source(tuple(tv.FashionMNIST.resources), tuple(tv.FashionMNIST.mirrors),
-                           os.path.join("FashionMNIST", "raw"), False),
-    "mnist": Source(tuple(tv.MNIST.resources), tuple(tv.MNIST.mirrors), os.path.join("MNIST", "raw"), False),
-    "food101": Source(((os.path.basename(tv.Food101._URL), tv.Food101._MD5),), (_site(tv.Food101._URL),),
-                      "food-101", True),
-}
+def published(name):
+    """torchvision's files for dataset `name`: ([(file, md5, [its URLs])], the folder they end up in under
+    data_dir, whether that folder comes out of one archive). Read from the classes now, not at import."""
+    if name in ("cifar100", "cifar10"):
+        c = tv.CIFAR100 if name == "cifar100" else tv.CIFAR10
+        return [(c.filename, c.tgz_md5, [c.url])], c.base_folder, True
+    if name == "food101":
+        return [(os.path.basename(tv.Food101._URL), tv.Food101._MD5, [tv.Food101._URL])], "food-101", True
+    c = tv.FashionMNIST if name == "fashionmnist" else tv.MNIST
+    return [(f, md5, [site + f for site in c.mirrors]) for f, md5 in c.resources], os.path.join(c.__name__, "raw"), False
 
 
 class DownloadError(DataError):
@@ -71,31 +64,32 @@ class _NoFile(Exception):
 
 
 def fetch(name, data_dir, mirror=None):
-    """Download dataset `name` into data_dir/SOURCES[name].folder, from `mirror` if given, else from its sites.
+    """Download dataset `name` into data_dir/<its folder>, from `mirror` if given, else from torchvision's URLs.
 
     Every file goes to a staging folder under data_dir first; the dataset's folder appears only after each file
-    has come whole, matched its md5 and (an archive) extracted. Whatever fails, the staging folder is removed, and
-    so is every folder this call made. Raises DownloadError (network, integrity), DataError (a disk error).
+    has come whole, matched its md5 and been extracted. Whatever fails, the staging folder is removed, and so is
+    every folder this call made. Raises DownloadError (network, integrity), DataError (a disk error).
     """
-    src = SOURCES[name]
-    target = os.path.join(data_dir, src.folder)
+    files, folder, archive = published(name)
+    target = os.path.join(data_dir, folder)
     if mirror and urllib.parse.urlsplit(mirror).scheme not in ("http", "https", "file"):
         raise DataError(f"--data-mirror {mirror} is not a URL; give one that starts with http://, https:// or file://")
-    if src.archive and os.path.exists(target):  # the loader found it incomplete
-        raise DataError(f"{target} is there but incomplete; delete it to download {src.files[0][0]} again")
+    if archive and os.path.exists(target):  # the loader found it incomplete
+        raise DataError(f"{target} is there but incomplete; delete it to download {files[0][0]} again")
     try:
         with tidy_after_failure(os.path.dirname(target)):
             os.makedirs(data_dir, exist_ok=True)
             staging = tempfile.mkdtemp(prefix=".download-", dir=data_dir)
             try:
-                for file, md5 in src.files:
-                    _download(file, md5, src.sites, mirror, os.path.join(staging, file))
-                if src.archive:
-                    _extract(os.path.join(staging, src.files[0][0]), os.path.join(staging, "x"), src.folder)
-                    os.replace(os.path.join(staging, "x", src.folder), target)
-                else:  # the IDX files are read gzipped: they go into the folder as they came
+                for file, md5, urls in files:
+                    path = os.path.join(staging, file)
+                    _download(file, md5, [mirror.rstrip("/") + "/" + file] if mirror else urls, mirror, path)
+                    _extract(path, staging, folder if archive else None)
+                if archive:
+                    os.replace(os.path.join(staging, folder), target)
+                else:  # each .gz beside its plain file, as torchvision's own download leaves raw/
                     os.makedirs(target, exist_ok=True)
-                    for file, _ in src.files:
+                    for file in (f for file, _, _ in files for f in (file, file[:-len(".gz")])):
                         os.replace(os.path.join(staging, file), os.path.join(target, file))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -105,11 +99,10 @@ def fetch(name, data_dir, mirror=None):
     return target
 
 
-def _download(file, md5, sites, mirror, path):
-    """One file from the mirror, or else from the first of the sites that serves it whole with the published md5."""
+def _download(file, md5, urls, mirror, path):
+    """One file from the first of the URLs that serves it whole with the published md5."""
     network, integrity = [], []
-    for site in (mirror,) if mirror else sites:
-        url = site.rstrip("/") + "/" + file
+    for url in urls:
         try:
             got = _get(url, path)
         except _NoFile as err:
@@ -155,17 +148,15 @@ def _get(url, path):
     return digest.hexdigest()
 
 
-def _extract(archive, into, folder):
-    """Extract a .tar.gz that must hold `folder`; only plain files and folders inside `into` (the "data" filter)."""
-    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12 / 3.11.4
+def _extract(path, into, folder):
+    """torchvision's extract_archive: a .tar.gz into `into` (it must hold `folder`), a .gz into its plain file."""
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(into, **safe)
+        extract_archive(path, into)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise DownloadError(f"integrity failure: {os.path.basename(archive)} matched its md5 but cannot be "
+        raise DownloadError(f"integrity failure: {os.path.basename(path)} matched its md5 but cannot be "
                             f"extracted ({first_line(err)})") from err
-    if not os.path.isdir(os.path.join(into, folder)):
-        raise DownloadError(f"integrity failure: {os.path.basename(archive)} matched its md5 but holds no {folder}/")
+    if folder is not None and not os.path.isdir(os.path.join(into, folder)):
+        raise DownloadError(f"integrity failure: {os.path.basename(path)} matched its md5 but holds no {folder}/")
 
 
 @contextlib.contextmanager

@@ -1,10 +1,12 @@
-"""Unpickling numpy data without running code: the CIFAR data pickles and the CIFAR-N label files.
+"""Unpickling numpy data without running code: the CIFAR-N label files (cifar_n.py).
 
-pickle.load calls whatever a file names, so a tampered file runs code on load. These files hold only
-dicts, lists, strings and numpy arrays, and an array needs only numpy's reconstruction functions.
-Unpickler resolves exactly those (under numpy 1's module names and numpy 2's, for pickle protocols 2 to
-5) and refuses any other name before anything is called. torch.load(weights_only=True) is no help here:
-it refuses numpy arrays altogether.
+pickle.load calls whatever a file names, so a tampered file runs code on load. CIFAR's own pickles are safe to
+load because torchvision checks each against its published md5 first; CIFAR-N's files have no published md5,
+so they are read through this Unpickler. They hold only dicts, lists, strings and numpy arrays, and an array
+needs only numpy's reconstruction functions. Unpickler resolves exactly those (under numpy 1's module names and
+numpy 2's, for pickle protocols 2 to 5) and refuses any other name before anything is called.
+torch.load(weights_only=True) is no help here: it refuses numpy arrays unless told of their globals, and how
+it is told differs between the torch versions requirements.txt allows.
 
 load     -- one pickled object from a binary file, through Unpickler
 Refused  -- raised for a file that names anything else; nothing it names was run
