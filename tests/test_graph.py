@@ -1,10 +1,10 @@
 """training/graph.py: the training step recorded once and replayed does what the eager step does (train.py --graph).
 
 On the CPU: torch.compile of the whole step (inductor, default mode) against mutual_step, 20 steps in float32,
-for CMD-P + MyLC and for Co-teaching, across an lr milestone and a new R(t), compiling again only for a new R(t),
-never for a new chi; a run compiled so resumes from its
-checkpoint bit for bit; what --graph auto chooses and what it refuses. On CUDA (the cuda marker): the captured
-CUDA graph against the eager step over 3 epochs of train.py in float32 and in bf16, and no host sync in a replay.
+for CMD-P + MyLC and for Co-teaching, across an lr milestone and a new R(t), compiling again for a new R(t) only,
+never for a new chi; a run compiled so resumes from its checkpoint bit for bit; what --graph auto chooses and what
+it refuses. On CUDA (the cuda marker): the captured CUDA graph against the eager step over 3 epochs of train.py in
+float32 and in bf16, and no host sync in a replay.
 """
 import json
 import os
