@@ -293,8 +293,8 @@ def knob_parameters():
 
 def test_every_copyable_function_takes_the_default_train_py_runs():
     """docs/paper-notes.md, "Values the paper does not give": every parameter of losses.py, label_correction.py and
-    schedule.py
-    that train.py sets from a field defaults to that field's default; no other parameter there has a numeric one."""
+    schedule.py that train.py sets from a field defaults to that field's default (schedule.chi's η and b to CMD-P's,
+    Method's); no other parameter there has a numeric one."""
     defaults, knobs = run_defaults(), knob_parameters()
     assert PAPER_KNOBS <= set(knobs.values()), PAPER_KNOBS - set(knobs.values())
     for (path, param), field in knobs.items():
