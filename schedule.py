@@ -3,9 +3,9 @@
 logistic -- s(x, b) = 1 / (1 + exp(-x*b)), the paper's logistic function
 chi      -- Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b)
 
-These functions are pure: the caller passes t (in epochs, fractional allowed),
-Gamma, eta and b. Python floats in, Python float out, so computing chi inside a
-training step never touches the GPU.
+These functions are pure: the caller passes t (in epochs from 0, fractional allowed),
+Gamma, eta and b (chi's default eta and b are train.py's CMD-P). Python floats in,
+Python float out, so computing chi inside a training step never touches the GPU.
 """
 import math
 
