@@ -3,9 +3,9 @@
 logistic -- s(x, b) = 1 / (1 + exp(-x*b)), the paper's logistic function
 chi      -- Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b)
 
-These functions are pure: the caller passes t (in epochs, fractional allowed),
-Gamma, eta and b. Python floats in, Python float out, so computing chi inside a
-training step never touches the GPU.
+These functions are pure: the caller passes t (in epochs from 0, fractional allowed),
+Gamma, eta and b (chi's default eta and b are train.py's CMD-P). Python floats in,
+Python float out, so computing chi inside a training step never touches the GPU.
 """
 import math
 
@@ -28,15 +28,19 @@ def logistic(x, b):
     return e / (1.0 + e)
 
 
-def chi(t, total, num_classes, eta, b):
+def chi(t, total, num_classes, eta=4.0, b=-5.0):
     """Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b), with H(u) = ln K.
 
     The typeset Eq. 7 lost its 0.5 ("2s(t/Gamma - , b)"); the CMD-S paragraph,
     2s(t/Gamma - 0.5, 0) = 1, shows the intended form.
 
-    t:     training progress in epochs; may be fractional (iteration / iters per epoch).
+    t:     training progress in epochs, from 0; may be fractional (iteration / iters per epoch).
     total: Gamma, the total number of epochs.
     eta:   scales the starting point. b: the slope in time.
+      The defaults are train.py's CMD-P (mutual.THRESHOLDS), the project's choice: the
+      paper gives neither for Tables 1-4. eta = 4 is the best row of its Table 5; b < 0
+      as its Fig. 3 prefers (accuracy rises as b falls), -5 taking chi from 1.85x to
+      0.15x of ln K/eta over training.
       b = 0            -> static chi = ln K / eta at every t (CMD-S)
       b > 0 / b < 0    -> chi rises / falls with t (CMD-P)
       0 < eta <= 1     -> chi >= ln K at b = 0: all knowledge (conventional MKD)

@@ -1,9 +1,10 @@
 """What a user copies runs alone and trains what train.py trains.
 
 The README's "Copy the loss" block, with the functions it says to paste, runs in a fresh interpreter in an empty
-directory, and its losses, chi and MyLC's r follow mutual_step (CMD-P + MyLC, Method's defaults) and train.py's r
-step by step. losses.cmd_loss pasted alone below `import math, torch, F`, and schedule.py copied whole, give the
-objective's numbers on a random batch.
+directory, and its losses, chi, taught counts and MyLC's r follow mutual_step (CMD-P + MyLC, Method's defaults)
+and train.py's r step by step, over a run long enough for r to pass rho. losses.cmd_loss pasted alone below
+`import math, torch, F`, and schedule.py copied whole, give the objective's numbers on a random batch; noise.py
+copied whole gives the project's noisy labels.
 """
 import ast
 import builtins
@@ -20,6 +21,7 @@ import torch
 import label_correction
 import losses
 import mutual
+import noise
 import schedule
 from mutual import Clock, Method, Precision, mutual_step, sum_names
 
@@ -99,13 +101,14 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     assert train.confidence_from_sum is batched.confidence_from_sum is label_correction.confidence_from_sum
     ns = {"torch": torch}
     exec(block[block.index("torch.manual_seed("):block.index("# CMD-P + MyLC")], ns)  # the block's data, models
-    K, steps, epochs, nets, opts = ns["K"], ns["steps"], ns["epochs"], ns["nets"], ns["opts"]
+    K, N, steps, epochs, nets, opts = ns["K"], ns["N"], ns["steps"], ns["epochs"], ns["nets"], ns["opts"]
     method = Method()
     assert (method.mode, method.lc) == ("progressive", "mylc")
     precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
     names = sum_names(2)
     r = [torch.zeros(()), torch.zeros(())]  # as a fresh run of train.py starts
     assert len(rows) == epochs * steps
+    off, taught = {}, []  # (epoch, step, what) -> |the block's number - the project's|; the project's counts
     for epoch in range(epochs):
         acc = torch.zeros(len(names))
         for step, batch in enumerate(ns["batches"]):
@@ -113,16 +116,23 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
             clock = Clock(epoch, step, steps, epochs, 0)
             chi = method.chi(clock.t, epochs, K)
             assert abs(row["chi"] - chi) < 1e-12 and (row["epoch"], row["step"]) == (epoch, step)
-            assert max(abs(row["r"][k] - float(r[k])) for k in range(2)) < TOL, (epoch, row["r"], r)
+            off.update({(epoch, step, f"r_{x}"): abs(row["r"][k] - float(r[k])) for k, x in enumerate("ab")})
             sums, _ = mutual_step(nets, opts, (*batch, batch[1]), method, chi, r, clock, precision)
             acc += sums
             n = sums[names.index("samples")]
-            for x in "ab":
-                assert abs(row[f"loss_{x}"] - float(sums[names.index(f"loss_{x}")] / n)) < TOL, (epoch, step, x)
+            off.update({(epoch, step, f"loss_{x}"): abs(row[f"loss_{x}"] - float(sums[names.index(f"loss_{x}")] / n))
+                        for x in "ab"})
+            taught.append([int(sums[names.index(f"selected_{d}")]) for d in ("b2a", "a2b")])
         # train.py's r for the next epoch, from the epoch's sums
         r = train.confidence_from_sum([acc[names.index(f"entropy_{x}")] for x in "ab"],
                                       acc[names.index("samples")].item(), K)
-    assert min(rows[-1]["r"]) > 0.2  # r moved: the last epoch's targets are corrected
+    # The whole run, not the first step off: r passes rho, so in the last epochs MyLC moves the targets by
+    # ε >= l(p)/2, and a mistake in them (swapped, r ignored, another rho) moves the losses by 1e-3 or more.
+    assert min(rows[-1]["r"]) > method.mylc_rho
+    assert any(sum(row["taught"]) for row in rows) and not all(sum(row["taught"]) == 2 * N for row in rows)
+    worst = max(off, key=off.get)
+    assert off[worst] < TOL, f"{worst}: off by {off[worst]:.2g}, {off[worst] / TOL:.3g} x the tolerance"
+    assert [row["taught"] for row in rows] == taught
 
 
 def test_cmd_loss_alone_and_schedule_py_whole_give_the_objective_on_a_random_batch(tmp_path):
@@ -166,3 +176,16 @@ def imports(source):
         elif isinstance(node, ast.ImportFrom):
             found.add(node.module.split(".")[0])
     return found
+
+
+def test_noise_py_copied_whole_gives_the_projects_noisy_labels(tmp_path):
+    """The README's copy section: noise.py, copied whole, needs numpy alone."""
+    source = open(os.path.join(HERE, "noise.py")).read()
+    assert imports(source) <= {"numpy"}
+    labels = list(range(10)) * 20
+    script = f"""import json
+from noise import add_noise
+print(json.dumps([add_noise({labels!r}, kind, 0.4, 10, seed=3).tolist() for kind in ("sym", "pair")]))
+"""
+    got, = run_alone(tmp_path, script, {"noise.py": source})
+    assert got == [noise.add_noise(labels, kind, 0.4, 10, seed=3).tolist() for kind in ("sym", "pair")]

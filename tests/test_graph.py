@@ -1,9 +1,10 @@
 """training/graph.py: the training step recorded once and replayed does what the eager step does (train.py --graph).
 
 On the CPU: torch.compile of the whole step (inductor, default mode) against mutual_step, 20 steps in float32,
-for CMD-P + MyLC and for Co-teaching, across an lr milestone and a new R(t); a run compiled so resumes from its
-checkpoint bit for bit; what --graph auto chooses and what it refuses. On CUDA (the cuda marker): the captured
-CUDA graph against the eager step over 3 epochs of train.py in float32 and in bf16, and no host sync in a replay.
+for CMD-P + MyLC and for Co-teaching, across an lr milestone and a new R(t), compiling again for a new R(t) only,
+never for a new chi; a run compiled so resumes from its checkpoint bit for bit; what --graph auto chooses and what
+it refuses. On CUDA (the cuda marker): the captured CUDA graph against the eager step over 3 epochs of train.py in
+float32 and in bf16, and no host sync in a replay.
 """
 import json
 import os
@@ -33,7 +34,7 @@ def tiny_pair():
 
 def train_steps(how, method, epochs=2, steps=10):
     """epochs x steps training steps of tiny_pair through graph.replayed(how): the per-sample sums of every step
-    (S, sum_names) and the final parameters."""
+    (S, sum_names), the final parameters, and after each step its key and the graphs torch.compile has made."""
     g = torch.Generator().manual_seed(1)
     data = [(torch.randn(N, 3, 4, 4, generator=g), torch.randint(0, K, (N,), generator=g)) for _ in range(steps)]
     nets, opts, scheds = tiny_pair()
@@ -45,15 +46,17 @@ def train_steps(how, method, epochs=2, steps=10):
 
     step = graph.replayed(how, step, opts, method, torch.device("cpu"))
     r = [torch.tensor(0.3), torch.tensor(0.7)]  # MyLC's r: one model below rho = 0.5, one above
-    out = []
+    out, keys, graphs = [], [], []
     for epoch in range(epochs):
         for i, (x, y) in enumerate(data):
             clock = Clock(epoch, i, steps, epochs, 0)
             sums, _ = step((x, y, (y + i) % K), method.chi(clock.t, epochs, K), r, clock)
             out.append(sums / N)
+            keys.append(graph.key(method, clock, [x]))
+            graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         for s in scheds:
             s.step()
-    return torch.stack(out), [p.detach().clone() for n in nets for p in n.parameters()]
+    return torch.stack(out), [p.detach().clone() for n in nets for p in n.parameters()], keys, graphs
 
 
 @pytest.mark.skipif(not has_cpp_compiler(), reason="torch.compile on CPU (inductor) needs a C++ compiler")
@@ -66,9 +69,15 @@ def test_the_compiled_step_equals_the_eager_step(monkeypatch, method, backend):
     # Co-teaching compiles twice, so it takes aot_eager (the same graphs, no generated code) to keep the test short.
     monkeypatch.setitem(graph.COMPILE, "cpu", dict(backend=backend))
     torch._dynamo.reset()
-    eager, eager_params = train_steps("off", method)
-    compiled, compiled_params = train_steps("compile", method)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the step really ran compiled
+    eager, eager_params, _, _ = train_steps("off", method)
+    compiled, compiled_params, keys, graphs = train_steps("compile", method)
+    assert graphs[0] > 0  # the step really ran compiled
+    # No recompiling as chi, t/Γ, r and the lr move (chi as a host float would make a graph every step): after
+    # its first two steps (the second is the first to find SGD's momentum), the step makes graphs only at a new
+    # key (Co-teaching's R(t)), and no more for it than the first key took.
+    new_key = [k not in keys[:i] for i, k in enumerate(keys)]
+    assert [b > a for a, b in zip(graphs[1:], graphs[2:])] == new_key[2:], graphs
+    assert graphs[-1] <= graphs[1] * sum(new_key), graphs  # 1 key for CMD-P, 2 for Co-teaching
     names = sum_names(2)
     assert 0 < eager[:, names.index("selected_b2a")].mean() < 1  # some samples are taught, some are not
     torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)  # losses, counts, entropies, every step

@@ -246,9 +246,9 @@ def test_every_import_inside_a_function_says_why():
                         assert "#" in line or above.startswith("#"), f"{os.path.basename(path)}:{inner.lineno}: {line}"
 
 
-COPYABLE = ("losses", "label_correction")  # the modules whose functions a user copies
+COPYABLE = ("losses", "label_correction", "schedule")  # the modules whose functions a user copies
 # Knobs of the paper's method whose copied functions must carry train.py's default (found below, never listed by hand)
-PAPER_KNOBS = {"mylc_b1", "mylc_rho", "ls_eps", "bootsoft_eps", "proselflc_b", "proselflc_transit", "cp_beta"}
+PAPER_KNOBS = {"eta", "b", "mylc_b1", "mylc_rho", "ls_eps", "bootsoft_eps", "proselflc_b", "proselflc_transit", "cp_beta"}
 
 
 def run_defaults():
@@ -270,10 +270,14 @@ def knob_parameters():
     paths = [p for p in glob.glob(os.path.join(HERE, "*.py")) if not p.endswith("test_cmd.py")]
     for path in paths:
         module = os.path.basename(path)[:-3]
-        for outer in [n for n in ast.walk(ast.parse(open(path).read())) if isinstance(n, ast.FunctionDef)]:
+        tree = ast.parse(open(path).read())
+        aliases = {a.asname: a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+                   if a.asname}  # mutual.py's chi_schedule is schedule.chi
+        for outer in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
             own = {a.arg for a in outer.args.args + outer.args.kwonlyargs}
             for call in [n for n in ast.walk(outer) if isinstance(n, ast.Call)]:
                 name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+                name = aliases.get(name, name)
                 if name not in fns:
                     continue
                 params = list(inspect.signature(fns[name][1]).parameters)
@@ -288,8 +292,9 @@ def knob_parameters():
 
 
 def test_every_copyable_function_takes_the_default_train_py_runs():
-    """docs/paper-notes.md, "Values the paper does not give": every parameter of losses.py and label_correction.py
-    that train.py sets from a field defaults to that field's default; no other parameter there has a numeric one."""
+    """docs/paper-notes.md, "Values the paper does not give": every parameter of losses.py, label_correction.py and
+    schedule.py that train.py sets from a field defaults to that field's default (schedule.chi's η and b to CMD-P's,
+    Method's); no other parameter there has a numeric one."""
     defaults, knobs = run_defaults(), knob_parameters()
     assert PAPER_KNOBS <= set(knobs.values()), PAPER_KNOBS - set(knobs.values())
     for (path, param), field in knobs.items():
