@@ -56,7 +56,7 @@ from typing import NamedTuple
 from tools import batched, recipe
 from tools.recipe import RAW
 from tools.stats import fmt, mean_std, paired
-from tools.sweep import diagnostics
+from tools.sweep import diagnostics, print_commands
 from training import config
 from training.errors import one_line
 
@@ -683,13 +683,7 @@ class Run(NamedTuple):
         todo = [j for j in cell_jobs(self.plan, self.study, stage, cells)
                 if not os.path.exists(os.path.join(j["dir"], "diverged.json"))]
         if self.args.dry_run:
-            try:
-                for j in todo:
-                    if not finished(j["dir"]):
-                        print(shlex.join(["python", "train.py", *j["argv"]]))
-                sys.stdout.flush()
-            except BrokenPipeError:  # | head: the reader has what it wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print_commands(j["argv"] for j in todo if not finished(j["dir"]))
             return 0
         trained = sum(not finished(j["dir"]) for j in todo)  # a finished run with other flags fails in run_grid
         failed = batched.run_grid(todo, self.args.jobs, self.device(), self.args.batched)

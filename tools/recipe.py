@@ -24,7 +24,6 @@ import gzip
 import json
 import math
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -36,7 +35,7 @@ from typing import NamedTuple
 
 from tools.paper_tables import PAPER
 from tools.stats import fmt, mean_std, paired
-from tools.sweep import diagnostics
+from tools.sweep import diagnostics, print_commands
 from training.errors import UserError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -185,7 +184,7 @@ def wave(args, lines):
     argv = {name: command(args.size, noise, row, seed, args.data_dir, os.path.join(args.out, name), args.device,
                           args.graph) for name, (row, seed) in runs.items()}
     if args.dry_run:
-        print("\n".join(shlex.join(["python", "train.py", *a]) for a in argv.values()))
+        print_commands(argv.values())
         return 0
     if os.path.exists(os.path.join(args.out, "wave.json")):
         raise UserError(f"{args.out} holds a wave already; give a new --out")

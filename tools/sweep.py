@@ -143,6 +143,16 @@ def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
     return cells
 
 
+def print_commands(argvs):
+    """--dry-run: each train.py command on a line, as a shell takes it."""
+    try:
+        for argv in argvs:
+            print(shlex.join(["python", "train.py", *argv]))
+        sys.stdout.flush()
+    except BrokenPipeError:  # | head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def run_diagnostics(d):
     """What one run's metrics.jsonl says about memorisation and selection: diagnostics of its rows."""
     with open(os.path.join(d, "metrics.jsonl")) as f:
@@ -350,12 +360,7 @@ def main(argv=None, cluster="slurm"):
     slurm.check(args, todo, cluster)  # before check_flags imports torch
     check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
     if args.dry_run:
-        try:
-            for job in todo:
-                print(shlex.join(["python", "train.py", *job["argv"]]))
-            sys.stdout.flush()
-        except BrokenPipeError:  # | head: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print_commands(job["argv"] for job in todo)
         return 0
     if args.launcher == "slurm":
         failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
