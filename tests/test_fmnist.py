@@ -146,18 +146,47 @@ def test_early_stopping_reads_the_test_accuracy_at_the_best_validation_epoch():
     assert fmnist.early_stopped(rows) == 65
 
 
-def test_the_readmes_fashion_mnist_numbers_are_the_reports():
-    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the report the tool wrote."""
+def test_the_readmes_fashion_mnist_numbers_are_the_raw_datas(tmp_path, capsys):
+    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the attribution's reports as
+    rendered here from the committed raw data (docs/fmnist/runs.jsonl.gz) alone."""
     readme = open(os.path.join(HERE, "README.md")).read()
     section = readme[readme.index("## What the project has shown"):readme.index("## Layout")]
-    reports = [os.path.join("docs", "fmnist", "report.md")] + [os.path.join("docs", "fmnist", "attribution", r, "report.md")
-                                                               for r in ("r0.4", "r0.6")]
-    report = "".join(open(os.path.join(HERE, r)).read() for r in reports if os.path.exists(os.path.join(HERE, r)))
+    report = ""
+    for rate in ("0.4", "0.6"):
+        assert fmnist.main(["attribution", "tables", "--rate", rate, "--out", str(tmp_path)]) == 0
+        report += open(os.path.join(tmp_path, "attribution", f"r{rate}", "report.md")).read()
+    capsys.readouterr()
     report = report.replace("-", "−")  # the README prints −
     quoted = re.findall(r"\d+\.\d\d ± \d\.\d\d", section) + re.findall(r"\[[+−]\d\.\d\d, [+−]\d\.\d\d\]", section)
     assert len(quoted) >= 8
     for q in quoted:
         assert q in report, q
+
+
+def test_the_demonstrations_numbers_in_results_md_are_the_raw_datas(tmp_path, capsys):
+    """The demonstration's section of docs/results.md quotes no retired run: every mean ± std and interval in it
+    is in the 40% attribution report rendered here from docs/fmnist/runs.jsonl.gz, or is the raw data's zero
+    knowledge at the demo's lr 0.025 (its cells, and each 40% report row against it, seed by seed)."""
+    text = open(os.path.join(HERE, "docs", "results.md")).read()
+    section = text[text.index("## Fashion-MNIST: CMD where memorisation is slow"):
+                   text.index("## Where CMD has nothing to act on: fast memorisation")]
+    assert fmnist.main(["attribution", "tables", "--rate", "0.4", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    known = [open(os.path.join(tmp_path, "attribution", "r0.4", "report.md")).read()]
+    raw = fmnist.read_raw(os.path.join(HERE, "docs", "fmnist", "runs.jsonl.gz"), 0.4)
+    rows = {}
+    for name, line in raw.items():
+        if name.startswith("report/"):
+            row, seed = name.rsplit("-s", 1)
+            rows.setdefault(row, {})[int(seed)] = line["rows"]
+    zero = rows["report/zero-lr0.025"]
+    known += fmnist.row_cells(zero, raw["report/zero-lr0.025-s0"]["flags"])
+    known += [stats.paired(seeds, zero)[0] for seeds in rows.values()]
+    known = " ".join(known).replace("-", "−")
+    quoted = re.findall(r"\d+\.\d\d ± \d\.\d\d", section) + re.findall(r"\[[+−]\d\.\d\d, [+−]\d\.\d\d\]", section)
+    assert len(quoted) >= 8
+    for q in quoted:
+        assert q in known, q
 
 
 def test_compare_chooses_each_comparators_lr_and_knob_and_the_report_runs_them(tmp_path):

@@ -2,7 +2,7 @@
 split. One pipeline, three studies of it:
 
 demo        -- every row tuned (its lr; CMD's eta and b; each comparator's knob) at 40% symmetric noise, five seeds
-               at the choices: does CMD help here, and which settings? (docs/fmnist/report.md)
+               at the choices: does CMD help here, and which settings? (docs/fmnist/select.md)
 attribution -- does the confident selection matter? CMD-P beside the same count taught at random positions, all
                knowledge, zero knowledge, a step-size control, CMD-P without the extra weight and Co-teaching, per
                noise rate, each row's lr by an edge and a tie rule (docs/fmnist/attribution/)
