@@ -44,8 +44,8 @@ from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
 from training.cifar_n import human_labels
-from training.config import fail, get_args, method_of, resolve
-from training.errors import one_line
+from training.config import get_args, method_of, resolve
+from training.errors import UserError, one_line
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
@@ -95,8 +95,8 @@ def main(argv=None):
             s, hist, lr, r = train_epoch(loop, epoch, r, d.num_classes)  # Eqs. 3-6 each step, χ of Eq. 7
             if s["nonfinite"] > 0:
                 loop.progress.clear()
-                fail(f"loss became NaN/inf in epoch {epoch + 1}; " + (f"kept the checkpoint of epoch {epoch}" if
-                     epoch else "no epoch had finished to checkpoint") + ". Try a lower --lr or --amp off")
+                kept = f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint"
+                raise UserError(f"loss became NaN/inf in epoch {epoch + 1}; {kept}. Try a lower --lr or --amp off")
             results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device)
             # chi in the row is Eq. 7 at the epoch's end (t = epoch + 1); entropy_hist.npz also keeps it at the
             # start (t = epoch), so that each histogram can be read against both lines of its epoch

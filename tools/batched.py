@@ -61,16 +61,15 @@ class BadInput(UserError):
 
 # ---------------------------------------------------------------- the runs
 def resolved(argv, quiet=False):
-    """train.py's settings of one run (config.resolve), or BadInput with its one-line message. quiet: keep its
-    notes (e.g. the milestones it scaled), which every run of a grid shares, to itself unless it fails."""
+    """train.py's settings of one run (config.resolve); its UserError as it is. quiet: keep its notes (e.g. the
+    milestones it scaled), which every run of a grid shares, to itself unless it fails."""
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
             args = resolve(get_args(argv))
-    except SystemExit:  # config.fail has written its line after any notes: the line becomes ours
-        *notes, line = said.getvalue().splitlines() or [""]
-        sys.stderr.write("".join(n + "\n" for n in notes))
-        raise BadInput(line.removeprefix("train.py: error: ")) from None
+    except UserError:  # the notes that led to it, then its one line
+        sys.stderr.write(said.getvalue())
+        raise
     if not quiet:
         print(said.getvalue(), end="")
     return args

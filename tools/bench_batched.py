@@ -25,7 +25,7 @@ import torch
 from tools import batched, fmnist, sweep
 from tools.stats import fmt, interval, mean_std
 from training import config
-from training.errors import Parser, one_line
+from training.errors import Parser, UserError, one_line
 
 FORWARD = 2 * (768 * 512 + 512 * 512 + 512 * 10)  # FLOPs of one MLP on one image (AdaptiveAvgPool2d aside)
 TRAIN, EVAL = 7200, 720 + 10000  # the demonstration's training images; validation and test images
@@ -58,7 +58,7 @@ def timed(fn):
     t0 = time.perf_counter()
     failed = fn()
     if failed:
-        raise SystemExit(f"bench batched: runs failed: {failed}")
+        raise UserError(f"runs failed: {failed}")
     return time.perf_counter() - t0
 
 

@@ -56,7 +56,7 @@ from tools import batched
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics
 from training import config
-from training.errors import UserError, one_line
+from training.errors import Parser, UserError, one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
@@ -764,7 +764,7 @@ class Run(NamedTuple):
             if not todo or self.args.dry_run:
                 return choice, runs, trained
             if self.failed:
-                raise SystemExit(f"fmnist: runs failed: {'; '.join(f'{k}: {v}' for k, v in self.failed.items())}")
+                raise UserError(f"runs failed: {'; '.join(f'{k}: {v}' for k, v in self.failed.items())}")
 
     def footer(self, trained):
         return (f"`{self.command}`: {time.time() - self.t0:.0f} s this invocation, which trained {trained} runs "
@@ -799,7 +799,7 @@ def demo_stage(r, stage):
             json.dump(dict(derived(choice), command=r.command), f, indent=1)
         try:
             heat_map(runs, os.path.join(out, "select-eta-b.png"))
-        except (ImportError, SystemExit):  # no matplotlib: the table and choice.json are what the report needs
+        except (ImportError, UserError):  # no matplotlib: the table and choice.json are what the report needs
             print("fmnist: no heat map without matplotlib (pip install matplotlib)", file=sys.stderr)
         return "select.md", select_text(runs, choice, r.footer(n + more))
     saved = saved_choice(choice_path)
@@ -858,12 +858,6 @@ def recipe_stage(r, stage):
     if not r.args.dry_run:
         os.makedirs(r.plan.folder, exist_ok=True)
         write(os.path.join(r.plan.folder, f"{stage}.md"), recipe_text(r.runs(), r.args.noise, rows, r.footer(n)))
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # bad input: one line, exit 2, nothing written
-        print(f"fmnist: error: {message} (see python -m tools.fmnist --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def parse(argv):

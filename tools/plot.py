@@ -38,7 +38,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from training.errors import Parser, one_line
+from training.errors import Parser, UserError, one_line
 
 # ---------------------------------------------------------------- what every figure shares (tools.fmnist's too)
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
@@ -53,13 +53,13 @@ NOISE_NAMES = {"sym": "symmetric", "pair": "pair-flip"}
 
 
 def pyplot():
-    """matplotlib.pyplot on Agg, or a one-line error and exit 1 when it is not installed."""
+    """matplotlib.pyplot on Agg; a UserError (one line) when it is not installed."""
     try:
         import matplotlib  # here, so that a missing matplotlib is one line, not a traceback
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # after use("Agg"): no display needed
     except ImportError:
-        sys.exit("plot.py: error: matplotlib is not installed; pip install matplotlib")
+        raise UserError("matplotlib is not installed; pip install matplotlib") from None
     return plt
 
 

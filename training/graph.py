@@ -25,7 +25,7 @@ import torch
 
 import baselines
 from mutual import SMALL_LOSS
-from training.config import fail
+from training.errors import UserError
 
 WARMUP = 3  # eager steps of each batch shape before it is captured: cuDNN's autotuner, lazy CUDA state
 # torch.compile's options per device type: CUDA graphs of the compiled code on CUDA, inductor's default on CPU
@@ -41,7 +41,7 @@ CAPTURE_BY_DEFAULT = False
 def resolve(choice, device, amp, method, distributed, compiled_models):
     """--graph as this run does it: "capture", "compile" or "off". auto captures on CUDA where the replay does
     what the eager step does (once CAPTURE_BY_DEFAULT), and is off elsewhere; capture or compile asked for where it cannot run: one line,
-    exit 2 (config.fail). compiled_models: --compile (torch.compile of each model) was given."""
+    a UserError. compiled_models: --compile (torch.compile of each model) was given."""
     why = ("--amp fp16's GradScaler reads its inf check on the host" if amp == "fp16" else
            "--select shuffled draws from a generator seeded on the host each step" if method.select == "shuffled"
            else "under torchrun, DistributedDataParallel's hooks run the all-reduces" if distributed else None)
@@ -49,9 +49,9 @@ def resolve(choice, device, amp, method, distributed, compiled_models):
         return "capture" if CAPTURE_BY_DEFAULT and device.type == "cuda" and why is None and not compiled_models \
             else "off"
     if choice == "capture" and device.type != "cuda":
-        fail("--graph capture records a CUDA graph and needs a CUDA device; use --graph compile on the CPU")
+        raise UserError("--graph capture records a CUDA graph and needs a CUDA device; use --graph compile on the CPU")
     if choice != "off" and why is not None:
-        fail(f"--graph {choice}: {why}, so the step cannot be replayed; use --graph off")
+        raise UserError(f"--graph {choice}: {why}, so the step cannot be replayed; use --graph off")
     return choice
 
 
