@@ -50,7 +50,7 @@ def train_steps(how, method, epochs=2, steps=10):
     for epoch in range(epochs):
         for i, (x, y) in enumerate(data):
             clock = Clock(epoch, i, steps, epochs, 0)
-            sums, _ = step((x, y, (y + i) % K), method.chi(clock.t, epochs, K), r, clock)
+            sums, _ = step((x, y, (y + i) % K), method.chi_at(clock.t, epochs, K), r, clock)
             out.append(sums / N)
         for s in scheds:
             s.step()

@@ -55,7 +55,7 @@ from typing import NamedTuple
 from tools import batched
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics
-from training import config
+from training import config, runfiles
 from training.errors import Parser, UserError, one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -255,15 +255,16 @@ def cell_jobs(plan, study, stage, cells):
 
 
 def finished(d):
-    return os.path.exists(os.path.join(d, "summary.json"))
+    return runfiles.state(d) == runfiles.FINISHED
 
 
 def load_dir(folder):
     """{stage/name: dict(rows=metrics rows, diverged, flags=its train.py key, provenance)}, finished or diverged."""
     runs = {}
     for d in glob.glob(os.path.join(folder, "*", "*")):
-        done, bad = (os.path.exists(os.path.join(d, f)) for f in ("summary.json", "diverged.json"))
-        if done or bad:
+        state = runfiles.state(d)
+        bad = state == runfiles.DIVERGED
+        if bad or state == runfiles.FINISHED:
             got = {}
             for f in ("config.json", "sweep.json"):  # a run made by hand has no sweep.json
                 if os.path.exists(os.path.join(d, f)):

@@ -18,8 +18,8 @@ from dataclasses import fields
 import torch
 
 import models
+import schedule
 from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Comparators, Method
-from schedule import chi
 from training import cifar_n, datasets
 from training.errors import Parser, UserError
 from training.presets import DEFAULT_ARCH, REAL_NOISE, preset, presets_help, scale_milestones
@@ -118,7 +118,8 @@ def given(argv):
 
 
 def parser():
-    p = Parser(command="python train.py", description=__doc__.split("\n")[0], formatter_class=Help, epilog=presets_help())
+    p = Parser(command="python train.py", description=__doc__.split("\n")[0], formatter_class=Help,
+               epilog=presets_help())
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
                    help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10 (CIFAR-10N with "
@@ -269,7 +270,7 @@ def resolve_method(args):
         raise UserError("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.eta is not None:
         try:  # Eq. 7 itself refuses an eta it cannot use (0)
-            chi(0, 1, 2, args.eta, 0.0)
+            schedule.chi(0, 1, 2, args.eta, 0.0)
         except ValueError as e:
             raise UserError(f"--eta {args.eta:g}: {e}")
     if args.mode in ("zero", "all") and (args.eta is not None or args.b is not None):

@@ -6,7 +6,7 @@ objective, the backward, every SGD update and the epoch's sums -- can be capture
 replayed with one launch. What changes from step to step reaches the replay in device tensors filled in place
 before it: the batch, Eq. 7's chi, MyLC's r (Eq. 8), ProSelfLC's t/Γ, and the lr, which the lr schedule fills
 at its milestones. What the step takes as host numbers -- the batch's shape, and for the small-loss
-comparators R(t) and Co-teaching+'s rules (baselines.schedule) -- is the graph's key: a step with a new key is
+comparators R(t) and Co-teaching+'s rules (baselines.keep_rule) -- is the graph's key: a step with a new key is
 captured anew. The last, smaller batch of an epoch gets a graph of its own, so every sample trains as in the
 eager step (no drop_last).
 
@@ -79,13 +79,13 @@ def place_lr(opts, how, device):
 
 def key(method, clock, batch):
     """What a captured step bakes in from host numbers: the batch's shape, and for the small-loss comparators
-    what baselines.schedule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
+    what baselines.keep_rule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
     choose branches; Co-teaching and JoCoR read R(t) alone). The rest of the clock the step reads is t/Γ,
     which the replay reads as a tensor."""
     shape = tuple(batch[0].shape)
     if method.mode not in SMALL_LOSS:
         return (shape,)
-    s = baselines.schedule(method, clock)
+    s = baselines.keep_rule(method, clock)
     return shape, s if method.mode == "coteach+" else s.keep
 
 
