@@ -7,7 +7,8 @@ coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's sma
 coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
 jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
                       samples where it is small
-schedule           -- R(t), Co-teaching+'s disagreement rule and its step rule at a point of training
+keep_rule          -- what the three keep at a point of training: R(t), Co-teaching+'s disagreement rule and
+                      its step rule (a rule over time, not a schedule: that word is χ's, schedule.py)
 objective          -- the three in mutual.OBJECTIVES' form: the mode's losses from the logits and the clock
 
 Each method function takes the two networks' logits on one mini-batch, (N, K) each, and the given labels
@@ -194,18 +195,18 @@ def jocor(logits_a, logits_b, labels, keep, lam):
     return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
 
 
-class Schedule(NamedTuple):
+class KeepRule(NamedTuple):
     keep: float     # R(t), the fraction of a batch kept
     disagree: bool  # Co-teaching+ is past its initial epochs: it keeps only its disagreements
     early: bool     # Co-teaching+'s step rule for a batch without disagreement (coteach_plus_early)
 
 
-def schedule(method, clock):
-    """What varies with time for the small-loss methods, at clock (mutual.Clock): R(t), stepped once an epoch
+def keep_rule(method, clock):
+    """What the small-loss methods keep at clock (mutual.Clock): R(t), stepped once an epoch
     as the authors' code does; whether Co-teaching+ is past its initial epochs; its step rule. The settings are
     method.comparators' (mutual.Comparators)."""
     c = method.comparators
-    return Schedule(remember_rate(clock.epoch, c.forget_rate, c.num_gradual),
+    return KeepRule(remember_rate(clock.epoch, c.forget_rate, c.num_gradual),
                     method.mode == "coteach+" and clock.epoch >= c.coteach_plus_init,
                     coteach_plus_early(clock.epoch, clock.batch))
 
@@ -217,7 +218,7 @@ def objective(z, y, method, chi, r, clock, draws=None):
     so a selection's precision is its label precision."""
     if len(z) != 2:
         raise ValueError(f"mode {method.mode} trains a pair, not {len(z)} models")
-    keep, disagree, early = schedule(method, clock)
+    keep, disagree, early = keep_rule(method, clock)
     losses, taught = (coteaching(*z, y, keep) if method.mode == "coteach" else
                       coteaching_plus(*z, y, keep, disagree, early) if method.mode == "coteach+" else
                       jocor(*z, y, keep, method.comparators.jocor_lambda))

@@ -29,17 +29,13 @@ import train
 from mutual import NAMES
 from training import config, datasets, runfiles
 from training.batches import Placement
-from training.errors import one_line
+from training.errors import Parser, UserError, one_line
 from training.report import evaluate
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        config.fail(f"{message} (see python evaluate.py --help)")
-
-
 def get_args(argv):
-    p = Parser(description=__doc__.split("\n")[0] + " RUN_DIR: a train.py run directory (its --out).",
+    p = Parser(command="python evaluate.py",
+               description=__doc__.split("\n")[0] + " RUN_DIR: a train.py run directory (its --out).",
                usage="python evaluate.py RUN_DIR [options] | --weights FILE [--weights FILE] --arch NAME [train.py "
                      "data flags]")
     p.add_argument("--weights", action="append", metavar="FILE",
@@ -56,14 +52,14 @@ def get_args(argv):
     args, rest = p.parse_known_args(argv)
     args.run = run
     if (args.run is None) == (args.weights is None):
-        config.fail("give a run directory or --weights FILE (with --arch), not both or neither")
+        raise UserError("give a run directory or --weights FILE (with --arch), not both or neither")
     if args.weights and (args.arch is None or len(args.weights) > len(NAMES)):
-        config.fail(f"--weights takes 1 to {len(NAMES)} files and needs --arch NAME (or one NAME per file)")
+        raise UserError(f"--weights takes 1 to {len(NAMES)} files and needs --arch NAME (or one NAME per file)")
     if args.workers < 0 or (args.image_size is not None and args.image_size < 1):
-        config.fail("--workers must be at least 0 and --image-size at least 1")
+        raise UserError("--workers must be at least 0 and --image-size at least 1")
     if rest and args.run is not None:
-        config.fail(f"unrecognized arguments: {' '.join(rest)}; a run's own config.json sets its data, "
-                    f"only --dataset, --data-dir and --image-size replace it")
+        raise UserError(f"unrecognized arguments: {' '.join(rest)}; a run's own config.json sets its data, "
+                        f"only --dataset, --data-dir and --image-size replace it")
     return args, rest
 
 
@@ -74,21 +70,22 @@ def settings(args, rest):
     if args.weights:
         archs = args.arch.split(",")
         if len(archs) != len(args.weights) and len(archs) != 1:
-            config.fail(f"--arch {args.arch} names {len(archs)} architectures for {len(args.weights)} --weights files")
+            raise UserError(f"--arch {args.arch} names {len(archs)} architectures for {len(args.weights)} "
+                            f"--weights files")
         if any(a not in models.ARCHS for a in archs):
-            config.fail(f"unknown architecture in --arch {args.arch}; choose from {', '.join(models.ARCHS)}")
+            raise UserError(f"unknown architecture in --arch {args.arch}; choose from {', '.join(models.ARCHS)}")
         flags = vars(config.get_args(rest))  # train.py's data flags, at its defaults where not given
         return argparse.Namespace(**{**flags, **given}), list(zip(args.weights, archs * len(args.weights))), None, "auto"
     if os.path.isfile(args.run):
-        config.fail(f"{args.run} is a file, not a run folder: give train.py's --out, or pass --weights {args.run} "
-                    "--arch NAME for a weights file")
+        raise UserError(f"{args.run} is a file, not a run folder: give train.py's --out, or pass --weights {args.run} "
+                        "--arch NAME for a weights file")
     if not os.path.isdir(args.run):
-        config.fail(f"{args.run} does not exist; check the path")
+        raise UserError(f"{args.run} does not exist; check the path")
     try:
         run, info = runfiles.read_json(args.run, "config.json"), runfiles.read_json(args.run, "weights.json")
     except (OSError, ValueError) as e:
-        config.fail(f"{args.run} holds no finished run with weights (config.json and weights.json: "
-                    f"{type(e).__name__}); train it to the end (--resume), or pass --weights FILE --arch NAME")
+        raise UserError(f"{args.run} holds no finished run with weights (config.json and weights.json: "
+                        f"{type(e).__name__}); train it to the end (--resume), or pass --weights FILE --arch NAME")
     pairs = [(os.path.join(args.run, info[f"model_{k}"]["file"]), info[f"model_{k}"]["arch"])
              for k in NAMES if f"model_{k}" in info]
     return argparse.Namespace(**{**run, **given}), pairs, info["num_classes"], run.get("amp", "auto")
@@ -100,11 +97,11 @@ def load_model(path, arch, num_classes, device):
         net = models.build_model(arch, num_classes)
         net.load_state_dict(state)
     except FileNotFoundError:
-        config.fail(f"weights file {path} not found")
+        raise UserError(f"weights file {path} not found")
     except Exception as e:  # not a state_dict, a pickle we refuse, or weights of another arch or class count
         lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(e).splitlines() if ln.strip()]
         why = next((ln for ln in lines if not ln.endswith(":")), "")[:200]  # load_state_dict's first finding
-        config.fail(f"{path} is not a state_dict of {arch} with {num_classes} classes ({type(e).__name__}: {why})")
+        raise UserError(f"{path} is not a state_dict of {arch} with {num_classes} classes ({type(e).__name__}: {why})")
     fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
     return net.to(device, memory_format=fmt).eval(), fmt
 
@@ -116,8 +113,8 @@ def main(argv=None):
     device = config.pick_device(args.device)
     d, _, tests, _ = train.load_data(data)
     if num_classes is not None and num_classes != d.num_classes:
-        config.fail(f"the models have {num_classes} classes, {data.dataset} at {data.data_dir} has {d.num_classes}; "
-                    f"give the dataset they were trained on")
+        raise UserError(f"the models have {num_classes} classes, {data.dataset} at {data.data_dir} has "
+                        f"{d.num_classes}; give the dataset they were trained on")
     nets = [load_model(path, arch, d.num_classes, device) for path, arch in pairs]
     fmt = nets[0][1]
     nets = [n for n, _ in nets]

@@ -6,7 +6,7 @@ One step, for a batch x with given (possibly noisy) labels q:
   L_B2A, L_A2B    = Eqs. 3-4: H(q~_B, p_A) where H(p_B) < chi, and mirrored
   L_A, L_B        = Eqs. 5-6: L_A = L_selfKD(A) + L_B2A, L_B = L_selfKD(B) + L_A2B
   then one backward pass of L_A + L_B and one SGD step per model.
-chi comes from Eq. 7 (schedule.py) at the step's Clock: Method.chi. Zero knowledge (chi = 0) and all
+chi comes from Eq. 7 (schedule.py) at the step's Clock: Method.chi_at. Zero knowledge (chi = 0) and all
 knowledge (chi >= ln K) are the same objective.
 
 cmd_objective    -- the step's losses in the order above, for the modes zero, all, static, progressive
@@ -37,10 +37,10 @@ from typing import NamedTuple
 import torch
 
 import baselines
+import schedule
 from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
                               tfkd_reg_loss)
 from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
-from schedule import chi as chi_schedule
 
 
 def cmd_objective(z, y, method, chi, r, clock, draws=None):
@@ -168,7 +168,7 @@ def all_knowledge_objective(z, y, method, chi, r, clock, draws=None):
 
 class Clock(NamedTuple):
     """Where training is, for everything that moves with time: Eq. 7's chi, ProSelfLC's t/Γ, the comparators'
-    R(t) (baselines.schedule) and the shuffled control's draws."""
+    R(t) (baselines.keep_rule) and the shuffled control's draws."""
     epoch: int    # 0-based
     batch: int    # the batch's index within the epoch
     batches: int  # batches per epoch
@@ -374,9 +374,10 @@ class Method:
     mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
     comparators: Comparators = field(default_factory=Comparators)
 
-    def chi(self, t, total, num_classes):
-        """Eq. 7 at t epochs (fractional) of Γ = total; None for mkd, kdcl and SMALL_LOSS, which have no threshold."""
-        return None if self.eta is None else chi_schedule(t, total, num_classes, self.eta, self.b)
+    def chi_at(self, t, total, num_classes):
+        """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for mkd,
+        kdcl and SMALL_LOSS, which have no threshold."""
+        return None if self.eta is None else schedule.chi(t, total, num_classes, self.eta, self.b)
 
 
 # Every objective, all with cmd_objective's signature: objective_for picks a run's, the one thing mutual_step

@@ -44,8 +44,8 @@ from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
 from training.cifar_n import human_labels
-from training.config import fail, get_args, method_of, resolve
-from training.errors import one_line
+from training.config import get_args, method_of, resolve
+from training.errors import UserError, one_line
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
@@ -76,7 +76,7 @@ def main(argv=None):
     setup.config["graph"] = graph.resolve(args.graph, setup.device, setup.amp, method, dist.is_initialized(),
                                           args.compile)  # the step recorded once and replayed, or eager
     run = open_run(args, setup)
-    if run.finished(args.epochs):
+    if run.finished():
         setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
         return runfiles.read_json(args.out, "summary.json")
 
@@ -95,15 +95,15 @@ def main(argv=None):
             s, hist, lr, r = train_epoch(loop, epoch, r, d.num_classes)  # Eqs. 3-6 each step, χ of Eq. 7
             if s["nonfinite"] > 0:
                 loop.progress.clear()
-                fail(f"loss became NaN/inf in epoch {epoch + 1}; " + (f"kept the checkpoint of epoch {epoch}" if
-                     epoch else "no epoch had finished to checkpoint") + ". Try a lower --lr or --amp off")
+                kept = f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint"
+                raise UserError(f"loss became NaN/inf in epoch {epoch + 1}; {kept}. Try a lower --lr or --amp off")
             results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device)
             # chi in the row is Eq. 7 at the epoch's end (t = epoch + 1); entropy_hist.npz also keeps it at the
             # start (t = epoch), so that each histogram can be read against both lines of its epoch
-            head = dict(epoch=epoch + 1, lr=lr, chi=method.chi(epoch + 1, args.epochs, d.num_classes),
+            head = dict(epoch=epoch + 1, lr=lr, chi=method.chi_at(epoch + 1, args.epochs, d.num_classes),
                         seconds=time.time() - t0)
             row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
-            run.log_epoch(row, hist.cpu().numpy(), method.chi(epoch, args.epochs, d.num_classes), models, r)
+            run.log_epoch(row, hist.cpu().numpy(), method.chi_at(epoch, args.epochs, d.num_classes), models, r)
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
@@ -120,7 +120,7 @@ def open_run(args, setup):
     run = rundir.Run(args.out, setup.config, args.resume, writes=setup.rank == 0)
     if dist.is_initialized():
         dist.barrier()  # every rank has checked --out before rank 0 writes into it
-    if run.finished(args.epochs):
+    if run.finished():
         return run
     setup.log("settings: " + " ".join(f"{k}={v}" for k, v in setup.config.items()))
     setup.config["provenance"] = rundir.provenance(setup.device, setup.world)  # config.json, not compared on resume
@@ -169,7 +169,7 @@ class Loop(NamedTuple):
         def step(batch, chi, r, clock):
             return mutual_step(fwd, models.opts, batch, method, chi, r, clock, precision)
 
-        return cls(fwd, rundir.Models(nets, models.opts, models.scheds), batches, method, args.epochs, args.seed,
+        return cls(fwd, rundir.Models(nets, models.opts, models.lr_scheds), batches, method, args.epochs, args.seed,
                    precision, progress, graph.replayed(setup.config["graph"], step, models.opts, method, setup.device))
 
 
@@ -215,7 +215,7 @@ def train_epoch(loop, epoch, r, k):
 
     for i, batch in enumerate(batches.epoch(loop.seed, epoch)):
         clock = Clock(epoch, i, steps, loop.epochs, loop.seed)
-        chi = loop.method.chi(clock.t, loop.epochs, k)  # Eq. 7 at fractional epochs
+        chi = loop.method.chi_at(clock.t, loop.epochs, k)  # Eq. 7 at fractional epochs
         sums, step_hist = loop.step(batch, chi, r, clock)
         acc += sums
         hist += step_hist
@@ -227,8 +227,8 @@ def train_epoch(loop, epoch, r, k):
     s = dict(zip(names, acc.tolist()))  # the one host sync of the epoch
     if s["nonfinite"] > 0:
         return s, hist, lr, r
-    for sc in loop.models.scheds:
-        sc.step()
+    for lr_sched in loop.models.lr_scheds:
+        lr_sched.step()
     # MyLC's r for the next epoch: Eq. 8 over this epoch's training predictions, kept on the device
     on_device = dict(zip(names, acc.unbind()))
     r = confidence_from_sum([on_device[f"entropy_{x}"] for x in NAMES[:m]], s["samples"], k)

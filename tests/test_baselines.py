@@ -14,8 +14,8 @@ from test_mutual import setup
 from test_train import TINY, metrics
 
 import train
-from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteaching, coteaching_plus, jocor, remember_rate,
-                       schedule, small_loss)
+from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteaching, coteaching_plus, jocor, keep_rule,
+                       remember_rate, small_loss)
 from label_correction import gce_loss
 from mutual import ALIASES, MODES, SMALL_LOSS, THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step, sum_names
 from training import config
@@ -227,16 +227,16 @@ def test_coteaching_plus_before_its_initial_epochs_is_coteaching():
     (ca, cb), ct = coteaching(z_a, z_b, y, 0.75)
     assert torch.equal(pa, ca) and torch.equal(pb, cb) and all(torch.equal(pt[k], ct[k]) for k in ct)
     m = comparator("coteach+", forget_rate=0.3, coteach_plus_init=3)
-    assert [schedule(m, at(e)).disagree for e in range(5)] == [False, False, False, True, True]
-    assert schedule(comparator("coteach+", forget_rate=0.3), at(0)).disagree  # MNIST's 0
-    assert not schedule(comparator("coteach", forget_rate=0.3), at(9)).disagree
+    assert [keep_rule(m, at(e)).disagree for e in range(5)] == [False, False, False, True, True]
+    assert keep_rule(comparator("coteach+", forget_rate=0.3), at(0)).disagree  # MNIST's 0
+    assert not keep_rule(comparator("coteach", forget_rate=0.3), at(9)).disagree
 
 
 def test_remember_rate_falls_linearly_over_t_k_epochs_then_stays():
     assert [remember_rate(t, 0.4, 10) for t in (0, 5, 10, 50)] == pytest.approx([1.0, 0.8, 0.6, 0.6])
     assert remember_rate(1, 0.4, 2) == pytest.approx(0.8)
     m = comparator("jocor", forget_rate=0.2, num_gradual=4)
-    assert schedule(m, at(2, batch=7)).keep == pytest.approx(0.9)  # once an epoch: the batch does not move it
+    assert keep_rule(m, at(2, batch=7)).keep == pytest.approx(0.9)  # once an epoch: the batch does not move it
 
 
 def test_the_step_rule_is_the_authors_product_of_epoch_and_batch_index():
@@ -244,7 +244,7 @@ def test_the_step_rule_is_the_authors_product_of_epoch_and_batch_index():
     assert coteach_plus_early(9, 499) and not coteach_plus_early(9, 500)  # their epoch 10: 10 * 500 = 5000
     assert coteach_plus_early(10 ** 6, 0)  # every epoch's first batch
     m = comparator("coteach+", forget_rate=0.3)
-    assert schedule(m, at(9, batch=499)).early and not schedule(m, at(9, batch=500)).early  # from the clock
+    assert keep_rule(m, at(9, batch=499)).early and not keep_rule(m, at(9, batch=500)).early  # from the clock
 
 
 def test_small_loss_marks_the_n_keep_smallest():

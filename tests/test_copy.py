@@ -114,7 +114,7 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
         for step, batch in enumerate(ns["batches"]):
             row = rows[epoch * steps + step]
             clock = Clock(epoch, step, steps, epochs, 0)
-            chi = method.chi(clock.t, epochs, K)
+            chi = method.chi_at(clock.t, epochs, K)
             assert abs(row["chi"] - chi) < 1e-12 and (row["epoch"], row["step"]) == (epoch, step)
             off.update({(epoch, step, f"r_{x}"): abs(row["r"][k] - float(r[k])) for k, x in enumerate("ab")})
             sums, _ = mutual_step(nets, opts, (*batch, batch[1]), method, chi, r, clock, precision)
@@ -144,7 +144,7 @@ def test_cmd_loss_alone_and_schedule_py_whole_give_the_objective_on_a_random_bat
     z = [3 * torch.randn(N, K, generator=g) for _ in range(2)]
     y = torch.randint(0, K, (N,), generator=g)
     method, clock = Method(), Clock(epoch=3, batch=1, batches=4, epochs=10, seed=0)  # CMD-P + MyLC, Eq. 7 mid-way
-    chi = method.chi(clock.t, clock.epochs, K)
+    chi = method.chi_at(clock.t, clock.epochs, K)
     out = mutual.OBJECTIVES[method.mode](z, y, method, chi, [torch.tensor(0.4), torch.tensor(0.7)], clock)
     assert all(0 < m.mean() < 1 for m in out.taught.values())  # some samples teach, some do not
     torch.save(dict(z=z, q_tilde=out.q_tilde), tmp_path / "batch.pt")

@@ -262,7 +262,7 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
         pair = [wrap(copy.deepcopy(m)) for m in nets]
         opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in pair]
         r = [torch.tensor(0.7), torch.tensor(0.4)]
-        chi = method.chi(3.0, 10, k)
+        chi = method.chi_at(3.0, 10, k)
         sums, hist = mutual_step(pair, opts, (x, y, y_clean), method, chi, r, Clock(3, 0, 1, 10, 0),
                                  Precision(autocast, torch.amp.GradScaler("cpu", enabled=False)))
         results.append((sums, hist, [p.detach().clone() for m in pair for p in m.parameters()]))

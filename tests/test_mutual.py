@@ -117,13 +117,13 @@ def test_baselines_distil_everything_and_count_the_peer_prediction(mode):
 
 def test_method_modes_and_chi():
     assert set(MODES) == {"zero", "all", "static", "progressive", "mkd", "kdcl", "coteach", "coteach+", "jocor"}
-    assert Method(mode="zero", eta=math.inf, b=0.0).chi(3, 10, K) == 0.0
-    assert Method(mode="all", eta=1.0, b=0.0).chi(3, 10, K) == pytest.approx(math.log(K))
-    assert Method(mode="static", eta=4.0, b=0.0).chi(9.5, 10, K) == pytest.approx(math.log(K) / 4)
+    assert Method(mode="zero", eta=math.inf, b=0.0).chi_at(3, 10, K) == 0.0
+    assert Method(mode="all", eta=1.0, b=0.0).chi_at(3, 10, K) == pytest.approx(math.log(K))
+    assert Method(mode="static", eta=4.0, b=0.0).chi_at(9.5, 10, K) == pytest.approx(math.log(K) / 4)
     progressive = Method()  # the defaults: CMD-P + MyLC, chi falls
     assert progressive.mode == "progressive" and progressive.lc == "mylc"
-    assert progressive.chi(0, 10, K) > progressive.chi(5, 10, K) > progressive.chi(10, 10, K)
-    assert Method(mode="mkd", eta=None, b=None).chi(3, 10, K) is None
+    assert progressive.chi_at(0, 10, K) > progressive.chi_at(5, 10, K) > progressive.chi_at(10, 10, K)
+    assert Method(mode="mkd", eta=None, b=None).chi_at(3, 10, K) is None
 
 
 def test_entropy_histogram_counts_each_sample_in_its_bin_and_split():

@@ -14,6 +14,7 @@ import torch
 import train
 from mutual import LCS, MODES, SMALL_LOSS
 from tools import perf
+from training import runfiles
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -199,6 +200,28 @@ def test_existing_run_is_refused_and_kept(tmp_path, capsys):
         train.main(TINY + ["--epochs", "1", "--out", out, "--resume"])
     assert "corrupt" in capsys.readouterr().err
     assert open(os.path.join(out, "metrics.jsonl")).read() == before
+
+
+def test_a_run_directory_is_in_one_state_the_tools_and_train_py_share(tmp_path):
+    """runfiles.state, the one answer to "what state is this run in": NEW until a run's first file, STARTED while
+    it runs or once stopped, DIVERGED with diverged.json (tools.batched, tools.fmnist), FINISHED with summary.json,
+    which train.py writes last; and train.py --resume of a FINISHED run has nothing to do."""
+    out = str(tmp_path / "r")
+    assert runfiles.state(out) == runfiles.NEW
+    os.makedirs(out)
+    assert runfiles.state(out) == runfiles.NEW
+    runfiles.write_json(out, "config.json", {})
+    assert runfiles.state(out) == runfiles.STARTED
+    runfiles.write_json(out, "diverged.json", dict(error="loss became NaN/inf in epoch 1", epoch=1))
+    assert runfiles.state(out) == runfiles.DIVERGED
+    out = str(tmp_path / "trained")
+    train.main(TINY + ["--epochs", "1", "--out", out])
+    assert runfiles.state(out) == runfiles.FINISHED
+    metrics = open(os.path.join(out, "metrics.jsonl")).read()
+    assert train.main(TINY + ["--epochs", "1", "--out", out, "--resume"]) == runfiles.read_json(out, "summary.json")
+    assert open(os.path.join(out, "metrics.jsonl")).read() == metrics
+    os.remove(os.path.join(out, "summary.json"))  # as if stopped after its last checkpoint
+    assert runfiles.state(out) == runfiles.STARTED
 
 
 def test_checkpoint_loading_refuses_pickled_code(tmp_path, capsys):

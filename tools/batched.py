@@ -12,7 +12,7 @@ whose loss turns NaN or inf writes diverged.json beside its epochs so far, and t
 
 Per run, exactly as train.py makes it: the training subset, the noisy labels (noise.add_noise with its seed),
 the initial weights (build.build_models), the batch order (Batches.epoch), the lr on its milestones (a
-MultiStepLR per run), χ(t) (Method.chi) and MyLC's r. The runs' parameters are stacked
+MultiStepLR per run), χ(t) (Method.chi_at) and MyLC's r. The runs' parameters are stacked
 (torch.func.stack_module_state) and one step of all of them is one vmap of functional_call and of the mode's
 objective, mutual.objective_for: the method is the code train.py runs, not a copy. SGD with momentum is applied to
 the stacks with each run's lr. Floating-point order differs from one run's own matrix products, so the
@@ -61,16 +61,15 @@ class BadInput(UserError):
 
 # ---------------------------------------------------------------- the runs
 def resolved(argv, quiet=False):
-    """train.py's settings of one run (config.resolve), or BadInput with its one-line message. quiet: keep its
-    notes (e.g. the milestones it scaled), which every run of a grid shares, to itself unless it fails."""
+    """train.py's settings of one run (config.resolve); its UserError as it is. quiet: keep its notes (e.g. the
+    milestones it scaled), which every run of a grid shares, to itself unless it fails."""
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
             args = resolve(get_args(argv))
-    except SystemExit:  # config.fail has written its line after any notes: the line becomes ours
-        *notes, line = said.getvalue().splitlines() or [""]
-        sys.stderr.write("".join(n + "\n" for n in notes))
-        raise BadInput(line.removeprefix("train.py: error: ")) from None
+    except UserError:  # the notes that led to it, then its one line
+        sys.stderr.write(said.getvalue())
+        raise
     if not quiet:
         print(said.getvalue(), end="")
     return args
@@ -105,18 +104,15 @@ def check(run):
         if kinds:
             raise BadInput(f"--arch {arch} has {', '.join(sorted(kinds))} (running statistics), which one vmapped "
                            f"step cannot keep per run; use --arch mlp, or train.py")
-    if os.path.exists(os.path.join(run["dir"], "checkpoint.pt")) and not done(run):  # train.py keeps it at the end
+    state = runfiles.state(run["dir"])
+    if state == runfiles.STARTED and os.path.exists(os.path.join(run["dir"], "checkpoint.pt")):  # train.py's, stopped
         raise BadInput(f"{run['dir']} holds a train.py run in progress; finish it with train.py --resume, or "
                        f"delete it")
-    if os.path.exists(os.path.join(run["dir"], "summary.json")) and not same_run(run["dir"], run["key"]):
+    if state == runfiles.FINISHED and not same_run(run["dir"], run["key"]):
         raise BadInput(f"{run['dir']} finished with other flags; delete it or choose another --out")
     why = rundir._writable_ancestor(run["dir"])
     if why:
         raise BadInput(why)
-
-
-def done(run):
-    return any(os.path.exists(os.path.join(run["dir"], f)) for f in ("summary.json", "diverged.json"))
 
 
 # ---------------------------------------------------------------- one group
@@ -263,7 +259,7 @@ def train(group_runs, device, log=print):
         epochs = [b.epoch(run["args"].seed, epoch) for b, run in zip(runs.batches, group_runs)]
         for i in range(steps):
             clock = Clock(epoch, i, steps, a0.epochs, 0)  # the seed of each run's shuffle_draws is its own
-            chis = [m.chi(clock.t, a0.epochs, k) for m in runs.methods]
+            chis = [m.chi_at(clock.t, a0.epochs, k) for m in runs.methods]
             chi = None if chis[0] is None else torch.tensor(chis, dtype=torch.float64, device=device)
             sums, h = trained([torch.stack(t) for t in zip(*(next(e) for e in epochs))], chi, runs.r, clock)
             acc += sums
@@ -278,18 +274,18 @@ def train(group_runs, device, log=print):
                 alive.remove(j)
                 continue
             method = runs.methods[j]
-            head = dict(epoch=epoch + 1, lr=lr[j], chi=method.chi(epoch + 1, a0.epochs, k), seconds=time.time() - t0)
+            head = dict(epoch=epoch + 1, lr=lr[j], chi=method.chi_at(epoch + 1, a0.epochs, k), seconds=time.time() - t0)
             row = epoch_row(s, results[j], head, k, known_clean=run["args"].noise != "none")
             runfiles.append_metrics(run["dir"], row)
             runfiles.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k,
-                                       (method.chi(epoch, a0.epochs, k), row["chi"]), run["args"].noise != "none")
+                                       (method.chi_at(epoch, a0.epochs, k), row["chi"]), run["args"].noise != "none")
             run["row"] = row
             with open(os.path.join(run["dir"], "train.log"), "a") as f:
                 f.write(epoch_line(row, runs.m) + "\n")
         for m in runs.models:
-            for o, sc in zip(m.opts, m.scheds):
+            for o, lr_sched in zip(m.opts, m.lr_scheds):
                 o.step()  # it holds no gradient: only its lr schedule moves
-                sc.step()
+                lr_sched.step()
         samples = s_all[0][names.index("samples")]
         runs.r = confidence_from_sum([acc[:, names.index(f"entropy_{x}")] for x in NAMES[:runs.m]], samples, k)
         if not alive:
@@ -311,7 +307,7 @@ def run_jobs(todo, device="auto", log=print):
     for i, job in enumerate(todo):
         run = dict(job, args=resolved(job["argv"], quiet=i > 0))
         check(run)
-        if not done(run):
+        if runfiles.state(run["dir"]) not in (runfiles.FINISHED, runfiles.DIVERGED):
             runs.append(run)
     failed = {}
     dev = pick_device(device)

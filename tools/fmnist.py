@@ -57,8 +57,8 @@ from tools import batched, recipe
 from tools.recipe import RAW
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics, print_commands
-from training import config
-from training.errors import one_line
+from training import config, runfiles
+from training.errors import Parser, UserError, one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
@@ -241,15 +241,16 @@ def cell_jobs(plan, study, stage, cells):
 
 
 def finished(d):
-    return os.path.exists(os.path.join(d, "summary.json"))
+    return runfiles.state(d) == runfiles.FINISHED
 
 
 def load_dir(folder):
     """{stage/name: dict(rows=metrics rows, diverged, flags=its train.py key, provenance)}, finished or diverged."""
     runs = {}
     for d in glob.glob(os.path.join(folder, "*", "*")):
-        done, bad = (os.path.exists(os.path.join(d, f)) for f in ("summary.json", "diverged.json"))
-        if done or bad:
+        state = runfiles.state(d)
+        bad = state == runfiles.DIVERGED
+        if bad or state == runfiles.FINISHED:
             got = {}
             for f in ("config.json", "sweep.json"):  # a run made by hand has no sweep.json
                 if os.path.exists(os.path.join(d, f)):
@@ -713,7 +714,7 @@ class Run(NamedTuple):
             if not todo or self.args.dry_run:
                 return choice, runs, trained
             if self.failed:
-                raise SystemExit(f"fmnist: runs failed: {'; '.join(f'{k}: {v}' for k, v in self.failed.items())}")
+                raise UserError(f"runs failed: {'; '.join(f'{k}: {v}' for k, v in self.failed.items())}")
 
     def footer(self, trained):
         return (f"`{self.command}`: {time.time() - self.t0:.0f} s this invocation, which trained {trained} runs "
@@ -748,7 +749,7 @@ def demo_stage(r, stage):
             json.dump(dict(derived(choice), command=r.command), f, indent=1)
         try:
             heat_map(runs, os.path.join(out, "select-eta-b.png"))
-        except (ImportError, SystemExit):  # no matplotlib: the table and choice.json are what the report needs
+        except (ImportError, UserError):  # no matplotlib: the table and choice.json are what the report needs
             print("fmnist: no heat map without matplotlib (pip install matplotlib)", file=sys.stderr)
         return "select.md", select_text(runs, choice, r.footer(n + more))
     saved = saved_choice(choice_path)
@@ -792,10 +793,6 @@ def attribution_stage(r, stage, rows):
         write(os.path.join(r.plan.folder, name), lines)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # bad input: one line, exit 2, nothing written
-        print(f"fmnist: error: {message} (see python -m tools.fmnist --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def parse(argv):

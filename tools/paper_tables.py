@@ -9,6 +9,7 @@ SCALES  -- what each sweep.py --scale adds to every run (paper, demo, benign, sm
 grid, cell_flags, run_name, jobs, claim, same_run -- which cells a scale runs, a cell's train.py flags and
            folder name, the command lines of a preset, a run's folder and flags kept before it starts, and
            whether a finished folder ran with the same flags
+finished_job -- whether a job's run has finished (runfiles.state), said as skipped or, with other flags, failed
 
 A table is a dict: key, title, base flags, rows (key, label, flags), cols (key,
 label, flags, the summary.json number a cell shows) and the paper's numbers.
@@ -16,6 +17,7 @@ label, flags, the summary.json number a cell shows) and the paper's numbers.
 import json
 import os
 
+from training import runfiles
 from training.errors import UserError
 
 # ---------------------------------------------------------------- the paper's numbers
@@ -257,3 +259,16 @@ def same_run(d, key):
     with open(path) as f:
         saved = json.load(f)
     return dict(zip(saved[::2], saved[1::2])) == dict(zip(key[::2], key[1::2]))
+
+
+def finished_job(job, head, failed):
+    """Whether job's run has finished (runfiles.state), so that no launcher starts it again; said on a line that
+    begins with head ([i/n] name) as skipped, or, when its folder ran with other flags, as FAILED into failed."""
+    if runfiles.state(job["dir"]) != runfiles.FINISHED:
+        return False
+    if same_run(job["dir"], job["key"]):  # else e.g. DEMO_FLAGS changed since
+        print(f"{head}: skipped (summary.json exists)", flush=True)
+    else:
+        failed[job["name"]] = f"{job['dir']} finished with other flags; delete it or choose another --out"
+        print(f"{head}: FAILED: {failed[job['name']]}", flush=True)
+    return True

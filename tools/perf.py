@@ -422,7 +422,7 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2, graph
                       placement=Placement(device, memory_format=torch.channels_last))
     it = batches.epoch(0, 0)
     step = replayed(graph, pair.cmd, pair.opts, method, device)
-    # epoch 5, past Co-teaching+'s step rule: R(t) < 1 and disagreements for the comparators (baselines.schedule)
+    # epoch 5, past Co-teaching+'s step rule: R(t) < 1 and disagreements for the comparators (baselines.keep_rule)
     clock, chi = Clock(5, 1000, 2000, 10, 0), 1.0
     acc = torch.zeros((), device=device)
     for _ in range(warmup):

@@ -38,7 +38,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from training.errors import Parser, one_line
+from training import runfiles
+from training.errors import Parser, UserError, one_line
 
 # ---------------------------------------------------------------- what every figure shares (tools.fmnist's too)
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
@@ -53,13 +54,13 @@ NOISE_NAMES = {"sym": "symmetric", "pair": "pair-flip"}
 
 
 def pyplot():
-    """matplotlib.pyplot on Agg, or a one-line error and exit 1 when it is not installed."""
+    """matplotlib.pyplot on Agg; a UserError (one line) when it is not installed."""
     try:
         import matplotlib  # here, so that a missing matplotlib is one line, not a traceback
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # after use("Agg"): no display needed
     except ImportError:
-        sys.exit("plot.py: error: matplotlib is not installed; pip install matplotlib")
+        raise UserError("matplotlib is not installed; pip install matplotlib") from None
     return plt
 
 
@@ -345,7 +346,7 @@ def sweep_points(sweep_dir):
     groups = defaultdict(lambda: defaultdict(list))
     for name in sorted(os.listdir(sweep_dir)):
         d = os.path.join(sweep_dir, name)
-        if not os.path.exists(os.path.join(d, "summary.json")) or not os.path.exists(os.path.join(d, "config.json")):
+        if runfiles.state(d) != runfiles.FINISHED or not os.path.exists(os.path.join(d, "config.json")):
             continue
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
@@ -434,25 +435,21 @@ def main(argv=None):
             try:
                 runs.append(load_run(d))
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:  # missing, cut short, not ours
-                print(f"plot.py: error: {d} cannot be read as a train.py run ({type(e).__name__}: {e}); give a run "
-                      f"folder train.py wrote", file=sys.stderr)
-                return 2
-        elif os.path.isdir(d) and any(os.path.exists(os.path.join(d, n, "summary.json")) for n in os.listdir(d)):
+                raise UserError(f"{d} cannot be read as a train.py run ({type(e).__name__}: {e}); give a run "
+                                f"folder train.py wrote") from None
+        elif os.path.isdir(d) and any(runfiles.state(os.path.join(d, n)) == runfiles.FINISHED for n in os.listdir(d)):
             sweeps.append(d)
         else:
             what = "does not exist" if not os.path.exists(d) else \
                 "holds neither metrics.jsonl (a train.py run) nor run folders with summary.json (a sweep)"
-            print(f"plot.py: error: {d} {what}; check the path", file=sys.stderr)
-            return 2
+            raise UserError(f"{d} {what}; check the path")
     plt = pyplot()
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else "plots")
     created = not os.path.exists(out)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:  # a file, or a path through one
-        print(f"plot.py: error: --out {out} cannot be a folder ({e.strerror or e}); choose another --out",
-              file=sys.stderr)
-        return 2
+        raise UserError(f"--out {out} cannot be a folder ({e.strerror or e}); choose another --out") from None
     written = plot_runs(plt, runs, out, args.hist_epochs) if runs else []
     for d, tag in zip(sweeps, unique_names(sweeps)):
         name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{tag}.png"

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from tools.paper_tables import PAPER
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics, print_commands
+from training import runfiles
 from training.errors import UserError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,7 +82,7 @@ RATE, NOISES, SEEDS_FIRST = 0.4, ("sym", "pair"), 3  # pair-flip noise once symm
 # (60% noise, or more epochs), declared here before it runs.
 HARM, MEMORISED = 3.0, 0.3
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
-KEEP = ("config.json", "metrics.jsonl", "summary.json", "train.log")  # what a run brings back; no checkpoints
+KEEP = ("config.json", "metrics.jsonl", "summary.json", "diverged.json", "train.log")  # what a run brings back; no checkpoints
 
 
 # ---------------------------------------------------------------- the raw data
@@ -160,18 +161,17 @@ def gpu_sample():
 
 
 def run_state(d):
-    """finished (summary.json), diverged (a NaN stopped it), or cut short; and its epochs on disk."""
-    epochs = 0
-    if os.path.exists(os.path.join(d, "metrics.jsonl")):
-        with open(os.path.join(d, "metrics.jsonl")) as f:
-            epochs = sum(1 for line in f if line.strip())
-    log = ""
-    if os.path.exists(os.path.join(d, "train.log")):
-        with open(os.path.join(d, "train.log"), errors="replace") as f:
-            log = f.read()[-2000:]
-    state = ("finished" if os.path.exists(os.path.join(d, "summary.json")) else
-             "diverged" if "NaN" in log else "cut short")
-    return state, epochs
+    """finished, diverged (its loss turned NaN or inf) or cut short; and its epochs on disk."""
+    state = runfiles.state(d)
+    return (state if state in (runfiles.FINISHED, runfiles.DIVERGED) else "cut short",
+            len(runfiles.lines_of(d, "metrics.jsonl")))
+
+
+def mark_diverged(d):
+    """diverged.json where train.py stopped on a NaN or inf loss (its log's last line says so)."""
+    lines = runfiles.lines_of(d, "train.log")
+    if lines and "loss became NaN" in lines[-1] and runfiles.state(d) != runfiles.FINISHED:
+        runfiles.write_json(d, "diverged.json", dict(error=lines[-1].strip()))
 
 
 def wave(args, lines):
@@ -228,6 +228,7 @@ def wave(args, lines):
                 for name, (p, log) in list(procs.items()):
                     if p.poll() is not None:
                         log.close()
+                        mark_diverged(os.path.join(args.out, name))
                         del procs[name]
                         save()
                         print(f"  {name}: {run_state(os.path.join(args.out, name))[0]} after "

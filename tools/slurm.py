@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-from tools.paper_tables import MEAN, claim, same_run
+from tools.paper_tables import MEAN, claim, finished_job
+from training import runfiles
 from training.errors import UserError
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -188,7 +189,7 @@ def write_record(d, record):
 # ---------------------------------------------------------------- where each job stands
 def states(todo):
     """{name: (state, record)} for the unfinished runs that have a job: state "queued", "running" or "ended"."""
-    records = {j["name"]: r for j in todo if not os.path.exists(os.path.join(j["dir"], "summary.json"))
+    records = {j["name"]: r for j in todo if runfiles.state(j["dir"]) != runfiles.FINISHED
                and (r := read_record(j["dir"])) is not None}
     if not records:
         return {}
@@ -272,13 +273,9 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
     now = states(todo)
     for i, job in enumerate(todo):
         head = f"[{i + 1}/{len(todo)}] {job['name']}"
-        if os.path.exists(os.path.join(job["dir"], "summary.json")):
-            if not same_run(job["dir"], job["key"]):
-                failed[job["name"]] = f"{job['dir']} finished with other flags; delete it or choose another --out"
-                print(f"{head}: FAILED: {failed[job['name']]}", flush=True)
-            else:
-                print(f"{head}: skipped (summary.json exists)", flush=True)
-        elif job["name"] in now and now[job["name"]][0] != "ended":
+        if finished_job(job, head, failed):
+            continue
+        if job["name"] in now and now[job["name"]][0] != "ended":
             state, record = pending[job["name"]] = now[job["name"]]
             print(f"{head}: {state} as job {record['job_id']}; not submitted again", flush=True)
         else:
@@ -312,8 +309,8 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
             print(f"{head}: FAILED: {failed[name]} (job {record['job_id']}; logs: {todo[index[name]]['dir']}/"
                   f"train.err, {os.path.dirname(record['folder'])}/{record['job_id']}/)", flush=True)
             del pending[name]
-        for name in [n for n in pending if os.path.exists(os.path.join(todo[index[n]]["dir"], "summary.json"))]:
-            with open(os.path.join(todo[index[name]]["dir"], "summary.json")) as f:
-                print(f"[{index[name] + 1}/{len(todo)}] {name}: {MEAN} {json.load(f)[MEAN]:.2f} "
-                      f"(job {pending.pop(name)[1]['job_id']})", flush=True)
+        for name in [n for n in pending if runfiles.state(todo[index[n]]["dir"]) == runfiles.FINISHED]:
+            acc = runfiles.read_json(todo[index[name]]["dir"], "summary.json")[MEAN]
+            print(f"[{index[name] + 1}/{len(todo)}] {name}: {MEAN} {acc:.2f} (job {pending.pop(name)[1]['job_id']})",
+                  flush=True)
     return failed, {}

@@ -41,8 +41,10 @@ import time
 import warnings
 
 from tools import slurm
-from tools.paper_tables import KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, jobs, run_name, same_run
+from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, jobs, run_name,
+                                same_run)
 from tools.stats import mean_std
+from training import runfiles
 from training.errors import Parser, UserError, one_line
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -53,14 +55,8 @@ def run_jobs(todo, gpus=0, jobs=1):
     with an equal share of its cores as torch threads). Returns {name: error}."""
     pending, failed, running = [], {}, {}
     for i, job in enumerate(todo):
-        if not os.path.exists(os.path.join(job["dir"], "summary.json")):
+        if not finished_job(job, f"[{i + 1}/{len(todo)}] {job['name']}", failed):
             pending.append((i, job))
-            continue
-        if not same_run(job["dir"], job["key"]):  # e.g. DEMO_FLAGS changed since
-            failed[job["name"]] = f"{job['dir']} finished with other flags; delete it or choose another --out"
-            print(f"[{i + 1}/{len(todo)}] {job['name']}: FAILED: {failed[job['name']]}", flush=True)
-        else:
-            print(f"[{i + 1}/{len(todo)}] {job['name']}: skipped (summary.json exists)", flush=True)
     if gpus:
         slots = {i: dict(CUDA_VISIBLE_DEVICES=str(i)) for i in range(gpus)}
     else:
@@ -114,10 +110,10 @@ def start(i, job, env):
 
 # ---------------------------------------------------------------- tables
 def finished_runs(t, row, col, scale, seeds, sweep_dir):
-    """The run folders of one cell whose summary.json exists and that ran with this scale's flags."""
+    """The run folders of one cell that finished (runfiles.state) and ran with this scale's flags."""
     flags = cell_flags(t, row, col, scale)
     dirs = [os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}") for seed in range(seeds)]
-    return [d for seed, d in enumerate(dirs) if os.path.exists(os.path.join(d, "summary.json"))
+    return [d for seed, d in enumerate(dirs) if runfiles.state(d) == runfiles.FINISHED
             and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)])]
 
 
@@ -310,10 +306,10 @@ def check_flags(todo, extra):
         raise UserError(f"{' '.join('--' + d.replace('_', '-') for d in clash)} after -- would override what the "
                          f"grid sets for its runs; leave {'them' if len(clash) > 1 else 'it'} out (the presets "
                          f"and scales are in paper_tables.py)")
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), one_line("train.py"):
         warnings.simplefilter("ignore")  # what resolve tells a run (its scaled milestones) each run tells again
         for job in todo:
-            config.resolve(config.get_args(job["argv"]))
+            config.resolve(config.get_args(job["argv"]))  # its refusal is train.py's line
 
 
 def hardware(argv, gpus, jobs):
@@ -371,10 +367,8 @@ def main(argv=None, cluster="slurm"):
         hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
     for job in todo:
-        path = os.path.join(job["dir"], "summary.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                trained += json.load(f).get("seconds", 0)
+        if runfiles.state(job["dir"]) == runfiles.FINISHED:
+            trained += runfiles.read_json(job["dir"], "summary.json").get("seconds", 0)
     header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | {hw} | torch {version} | "
               f"wall {time.time() - t0:.0f}s this invocation, {trained:.0f}s of training in all runs | "
               f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")

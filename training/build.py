@@ -91,11 +91,11 @@ def build_models(args, num_classes, train, setup):
         nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
         opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
                 for n in nets]
-        scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
+        lr_scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e).splitlines()[0]) from None
     check_input_size(nets, args.arch.split(","), train, setup)
-    return rundir.Models(nets, opts, scheds)
+    return rundir.Models(nets, opts, lr_scheds)
 
 
 @torch.no_grad()

@@ -5,7 +5,6 @@ get_args        -- the flags
 resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values:
                    the method, the label noise, the models, the optimiser and the run directory in turn
 method_of       -- the mutual.Method (with its Comparators) of the resolved flags
-fail            -- bad input: one line on stderr, exit 2
 
 The method's own hyperparameters become a mutual.Method (method_of); nothing
 below train.py sees these flags.
@@ -13,17 +12,16 @@ below train.py sees these flags.
 import argparse
 import math
 import os
-import sys
 import warnings
 from dataclasses import fields
 
 import torch
 
 import models
+import schedule
 from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Comparators, Method
-from schedule import chi
 from training import cifar_n, datasets
-from training.errors import UserError
+from training.errors import Parser, UserError
 from training.presets import DEFAULT_ARCH, REAL_NOISE, preset, presets_help, scale_milestones
 from training.synthetic import Synthetic
 
@@ -32,19 +30,6 @@ class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFo
         if action.default is None or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        fail(f"{message} (see python train.py --help)")
-
-
-def fail(message):
-    """Bad input: one line on stderr, exit 2, nothing written. Named after the script run (train.py,
-    evaluate.py), train.py when imported elsewhere."""
-    script = os.path.basename(sys.argv[0])
-    print(f"{script if script in ('train.py', 'evaluate.py') else 'train.py'}: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def note(message):
@@ -133,7 +118,8 @@ def given(argv):
 
 
 def parser():
-    p = Parser(description=__doc__.split("\n")[0], formatter_class=Help, epilog=presets_help())
+    p = Parser(command="python train.py", description=__doc__.split("\n")[0], formatter_class=Help,
+               epilog=presets_help())
     g = p.add_argument_group("data and noise")
     g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
                    help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10 (CIFAR-10N with "
@@ -252,23 +238,23 @@ def check_values(args):
     for dest, (test, what) in LIMITS.items():
         v = getattr(args, dest)
         if v is not None and not test(v):
-            fail(f"--{dest.replace('_', '-')} {v}: must be {what}")
+            raise UserError(f"--{dest.replace('_', '-')} {v}: must be {what}")
     if any(m < 1 for m in args.milestones):
-        fail(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr changes, "
-             f"so at least 1")
+        raise UserError(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr "
+                        f"changes, so at least 1")
     if any(a >= b for a, b in zip(args.milestones, args.milestones[1:])):
-        fail(f"--milestones {','.join(map(str, args.milestones))}: give them in increasing order, each once "
-             f"(a repeated one would apply --lr-decay twice)")
+        raise UserError(f"--milestones {','.join(map(str, args.milestones))}: give them in increasing order, each once "
+                        f"(a repeated one would apply --lr-decay twice)")
     if args.noise == "pair" and args.rate >= 0.5:
-        fail(f"--noise pair --rate {args.rate}: at 0.5 or more the flipped class is the majority label of its "
-             f"class, so nothing tells the true one apart; use a rate below 0.5")
+        raise UserError(f"--noise pair --rate {args.rate}: at 0.5 or more the flipped class is the majority label "
+                        f"of its class, so nothing tells the true one apart; use a rate below 0.5")
 
 
 def resolve(args):
     """Fill every unset flag from the mode and the presets; refuse contradictions instead of overwriting them.
     One concern at a time: the method, the label noise, the models, the optimiser, the run directory."""
     if not 2 <= args.peers <= len(NAMES):
-        fail(f"--peers {args.peers}: must be between 2 (the paper's pair) and {len(NAMES)}")
+        raise UserError(f"--peers {args.peers}: must be between 2 (the paper's pair) and {len(NAMES)}")
     tag = resolve_method(args)
     resolve_noise(args)
     archs = resolve_models(args)
@@ -281,29 +267,30 @@ def resolve_method(args):
     """--mode, --eta, --b, --lc and the two controls: refuse what the mode contradicts, fill eta and b from
     THRESHOLDS and lc. Returns the run name's tag for what was given beyond the mode (-eta, -b, a control)."""
     if args.eta is not None and math.isnan(args.eta):
-        fail("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
+        raise UserError("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.eta is not None:
         try:  # Eq. 7 itself refuses an eta it cannot use (0)
-            chi(0, 1, 2, args.eta, 0.0)
+            schedule.chi(0, 1, 2, args.eta, 0.0)
         except ValueError as e:
-            fail(f"--eta {args.eta:g}: {e}")
+            raise UserError(f"--eta {args.eta:g}: {e}")
     if args.mode in ("zero", "all") and (args.eta is not None or args.b is not None):
-        fail(f"--mode {args.mode} sets eta itself; use --mode static or progressive to choose --eta/--b")
+        raise UserError(f"--mode {args.mode} sets eta itself; use --mode static or progressive to choose --eta/--b")
     if args.mode in SMALL_LOSS and args.peers != 2:
-        fail(f"--mode {args.mode} is defined for a pair of networks, not --peers {args.peers}; drop --peers")
+        raise UserError(f"--mode {args.mode} is defined for a pair of networks, not --peers {args.peers}; drop --peers")
     if args.mode in ("mkd", "kdcl", *SMALL_LOSS):
         if args.lc not in (None, "ce") or args.eta is not None or args.b is not None:
-            fail(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
-                 "use zero/all/static/progressive for those")
+            raise UserError(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
+                            "use zero/all/static/progressive for those")
         args.lc = "ce"
     if (args.select, args.peer_weight) != ("confident", "sum") and args.mode not in CMD_MODES:
-        fail(f"--select and --peer-weight are controls of CMD's selection ({', '.join(CMD_MODES)}), not of "
-             f"--mode {args.mode}; drop them")
+        raise UserError(f"--select and --peer-weight are controls of CMD's selection ({', '.join(CMD_MODES)}), not of "
+                        f"--mode {args.mode}; drop them")
     if args.peer_weight == "mean" and args.peers != 2:
-        fail(f"--peer-weight mean averages a sample's own term with its one peer's: a pair, not --peers {args.peers}")
+        raise UserError(f"--peer-weight mean averages a sample's own term with its one peer's: a pair, not "
+                        f"--peers {args.peers}")
     if args.peer_weight == "mean" and args.lc in OWN_LOSS_LCS:
-        fail(f"--peer-weight mean averages two cross-entropies with targets, and --lc {args.lc}'s own term is a loss "
-             f"of its own; use --lc ce, ls, bootsoft, proselflc or mylc")
+        raise UserError(f"--peer-weight mean averages two cross-entropies with targets, and --lc {args.lc}'s own "
+                        f"term is a loss of its own; use --lc ce, ls, bootsoft, proselflc or mylc")
     eta, b = THRESHOLDS.get(args.mode, (None, None))
     tag = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
     tag += "".join(f"-{v}" for v in (args.select, args.peer_weight) if v not in ("confident", "sum"))
@@ -317,19 +304,19 @@ def resolve_noise(args):
     """--noise, --rate, CIFAR-N's --noise-file and --noise-key, and the comparators' τ (--forget-rate), which
     defaults to the rate of synthetic noise."""
     if args.rate is not None and not 0 <= args.rate < 1:
-        fail(f"--rate must be in [0, 1), got {args.rate}")
+        raise UserError(f"--rate must be in [0, 1), got {args.rate}")
     if args.noise == "human":  # CIFAR-N: the labels and so the rate come from the file
         if args.dataset not in cifar_n.HUMAN_FILES:
-            fail(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
-                 "choose --dataset cifar10/cifar100 or --noise sym/pair")
+            raise UserError(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
+                            "choose --dataset cifar10/cifar100 or --noise sym/pair")
         if args.rate is not None:
-            fail(f"--rate {args.rate} given with --noise human, whose rate is the file's; drop --rate")
+            raise UserError(f"--rate {args.rate} given with --noise human, whose rate is the file's; drop --rate")
         if args.dataset == "cifar100" and args.noise_key is not None:
-            fail("--noise-key picks one of CIFAR-10N's label sets; CIFAR-100N has one: drop --noise-key")
+            raise UserError("--noise-key picks one of CIFAR-10N's label sets; CIFAR-100N has one: drop --noise-key")
         args.noise_key = args.noise_key or ("worst" if args.dataset == "cifar10" else None)
         args.noise_file = args.noise_file or os.path.join(args.data_dir, cifar_n.HUMAN_FILES[args.dataset])
     elif args.noise_file is not None or args.noise_key is not None:
-        fail("--noise-file and --noise-key go with --noise human (CIFAR-N)")
+        raise UserError("--noise-file and --noise-key go with --noise human (CIFAR-N)")
     if args.noise is None:
         args.noise = "none" if args.dataset in REAL_NOISE else "sym"
     elif args.noise != "none" and args.dataset in REAL_NOISE:
@@ -337,11 +324,11 @@ def resolve_noise(args):
     if args.rate is None and args.noise != "human":
         args.rate = 0.0 if args.noise == "none" else 0.4
     if args.noise == "none" and args.rate > 0:
-        fail(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
+        raise UserError(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
     if args.mode in SMALL_LOSS and args.forget_rate is None:  # the authors' code: τ = the noise rate
         if args.noise not in ("sym", "pair"):
-            fail(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the noise rate "
-                 f"only for synthetic noise (--noise sym/pair)")
+            raise UserError(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the "
+                            f"noise rate only for synthetic noise (--noise sym/pair)")
         args.forget_rate = args.rate
 
 
@@ -350,14 +337,16 @@ def resolve_models(args):
     args.arch = DEFAULT_ARCH[args.dataset] if args.arch is None else args.arch
     archs = args.arch.split(",")
     if len(archs) not in (1, args.peers):  # one for all the models, or one per model
-        fail(f"--arch takes 1 architecture or one per model (--peers {args.peers}), got {len(archs)}: {args.arch}")
+        raise UserError(f"--arch takes 1 architecture or one per model (--peers {args.peers}), got {len(archs)}: "
+                        f"{args.arch}")
     for a in archs:
         if a not in models.ARCHS:
-            fail(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or one NAME per model from "
-                 f"{', '.join(models.ARCHS)}")
+            raise UserError(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or one NAME per model from "
+                            f"{', '.join(models.ARCHS)}")
     archs = archs * (args.peers // len(archs))
     if args.pretrained and any(a != "resnet50_imagenet" for a in archs):
-        fail(f"--pretrained loads ImageNet weights into resnet50_imagenet only, not {args.arch}; drop --pretrained")
+        raise UserError(f"--pretrained loads ImageNet weights into resnet50_imagenet only, not {args.arch}; "
+                        f"drop --pretrained")
     args.arch = ",".join(archs)
     if args.pretrained is None:
         args.pretrained = args.dataset == "food101" and all(a == "resnet50_imagenet" for a in archs)
@@ -388,7 +377,7 @@ def resolve_optimiser(args, arch):
 def resolve_out(args, archs, tag):
     """--out, or runs/<name>: the data, noise, mode (with tag, resolve_method's), lc, archs and seed."""
     if args.out is not None and not args.out.strip():
-        fail("--out is empty; give the run directory, or leave --out out for runs/<name>")
+        raise UserError("--out is empty; give the run directory, or leave --out out for runs/<name>")
     if args.out is None:
         noise = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
         noise += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set

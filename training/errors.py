@@ -1,8 +1,9 @@
 """How every entry point ends on bad input or Ctrl-C: train.py, evaluate.py and each python -m tools.NAME.
 
 UserError -- bad input (a flag, the data, a run directory); str(error) is one line that says what to do.
-             images.DataError and rundir.RunError are UserErrors, and so is each tool's own refusal.
-Parser    -- argparse's parser with a bad flag as a UserError: one line, not the usage and a line
+             Every refusal raises one: config.resolve's, images.DataError, rundir.RunError, each tool's own.
+Parser    -- argparse's parser with a bad flag as a UserError: one line, not the usage and a line. The one
+             parser of train.py, evaluate.py and every tool
 one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stderr and exit code 2, with no
              traceback; Ctrl-C a line and exit code 130 (128 + SIGINT, what a shell reports for it). Any other
              exception is a bug, and keeps its traceback.
@@ -36,9 +37,15 @@ def one_line(prog, stopped="stopped by Ctrl-C"):
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose bad flag is a UserError, so that one_line reports it like any other bad input:
-    one line, exit 2 (argparse's own error prints the usage too)."""
+    one line, exit 2 (argparse's own error prints the usage too). command: how a user runs it, for the line's
+    hint (python train.py); by default the tool being run, python -m tools.NAME."""
+
+    def __init__(self, *args, command=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.command = command
 
     def error(self, message):
         script = os.path.abspath(sys.argv[0])  # python -m tools.NAME runs tools/NAME.py
         tool = os.path.basename(os.path.dirname(script)) == "tools"
-        raise UserError(f"{message} (see {f'python -m tools.{os.path.basename(script)[:-3]}' if tool else self.prog} --help)")
+        command = self.command or (f"python -m tools.{os.path.basename(script)[:-3]}" if tool else self.prog)
+        raise UserError(f"{message} (see {command} --help)")

@@ -6,7 +6,7 @@ objective, the backward, every SGD update and the epoch's sums -- can be capture
 replayed with one launch. What changes from step to step reaches the replay in device tensors filled in place
 before it: the batch, Eq. 7's chi, MyLC's r (Eq. 8), ProSelfLC's t/Γ, and the lr, which the lr schedule fills
 at its milestones. What the step takes as host numbers -- the batch's shape, and for the small-loss
-comparators R(t) and Co-teaching+'s rules (baselines.schedule) -- is the graph's key: a step with a new key is
+comparators R(t) and Co-teaching+'s rules (baselines.keep_rule) -- is the graph's key: a step with a new key is
 captured anew. The last, smaller batch of an epoch gets a graph of its own, so every sample trains as in the
 eager step (no drop_last).
 
@@ -25,7 +25,7 @@ import torch
 
 import baselines
 from mutual import SMALL_LOSS
-from training.config import fail
+from training.errors import UserError
 
 WARMUP = 3  # eager steps of each batch shape before it is captured: cuDNN's autotuner, lazy CUDA state
 # torch.compile's options per device type: CUDA graphs of the compiled code on CUDA, inductor's default on CPU
@@ -41,7 +41,7 @@ CAPTURE_BY_DEFAULT = False
 def resolve(choice, device, amp, method, distributed, compiled_models):
     """--graph as this run does it: "capture", "compile" or "off". auto captures on CUDA where the replay does
     what the eager step does (once CAPTURE_BY_DEFAULT), and is off elsewhere; capture or compile asked for where it cannot run: one line,
-    exit 2 (config.fail). compiled_models: --compile (torch.compile of each model) was given."""
+    a UserError. compiled_models: --compile (torch.compile of each model) was given."""
     why = ("--amp fp16's GradScaler reads its inf check on the host" if amp == "fp16" else
            "--select shuffled draws from a generator seeded on the host each step" if method.select == "shuffled"
            else "under torchrun, DistributedDataParallel's hooks run the all-reduces" if distributed else None)
@@ -49,9 +49,9 @@ def resolve(choice, device, amp, method, distributed, compiled_models):
         return "capture" if CAPTURE_BY_DEFAULT and device.type == "cuda" and why is None and not compiled_models \
             else "off"
     if choice == "capture" and device.type != "cuda":
-        fail("--graph capture records a CUDA graph and needs a CUDA device; use --graph compile on the CPU")
+        raise UserError("--graph capture records a CUDA graph and needs a CUDA device; use --graph compile on the CPU")
     if choice != "off" and why is not None:
-        fail(f"--graph {choice}: {why}, so the step cannot be replayed; use --graph off")
+        raise UserError(f"--graph {choice}: {why}, so the step cannot be replayed; use --graph off")
     return choice
 
 
@@ -79,13 +79,13 @@ def place_lr(opts, how, device):
 
 def key(method, clock, batch):
     """What a captured step bakes in from host numbers: the batch's shape, and for the small-loss comparators
-    what baselines.schedule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
+    what baselines.keep_rule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
     choose branches; Co-teaching and JoCoR read R(t) alone). The rest of the clock the step reads is t/Γ,
     which the replay reads as a tensor."""
     shape = tuple(batch[0].shape)
     if method.mode not in SMALL_LOSS:
         return (shape,)
-    s = baselines.schedule(method, clock)
+    s = baselines.keep_rule(method, clock)
     return shape, s if method.mode == "coteach+" else s.keep
 
 

@@ -6,15 +6,15 @@ RunError        -- a run directory that cannot be used; its message is one line 
 check_out       -- refuse to mix two runs; on resume, load the checkpoint and check it fits the configuration
 provenance      -- what ran: device, versions, git commit, start time (config.json; not compared on resume)
 load_noisy_labels -- on resume, the labels the run trained on, checked against the training set
-save_checkpoint -- models, optimisers, schedulers, MyLC's r, the RNG state, the time so far; atomic, every epoch
-RunClock        -- the run's training time across processes, and the last epoch on disk
+save_checkpoint -- models, optimisers, lr schedulers, MyLC's r, the RNG state, the time so far; atomic, every epoch
+Stopwatch       -- the run's training time across processes, and the last epoch on disk
 resume_command  -- the command line that resumes a run
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
-restore         -- put a checkpoint's state back into the models, optimisers and schedulers
+restore         -- put a checkpoint's state back into the models, optimisers and lr schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
 uninterrupted   -- hold a Ctrl-C back while an epoch's files are written
 record_start    -- config.json at the start, and a line of provenance for each resumption
-(the files' own readers and writers, metrics.jsonl, entropy_hist.npz and the JSON files, are runfiles.py)
+(the files' own readers and writers, and the state they say a run is in, are runfiles.py)
 
 Files: config.json (resolved settings and provenance), noisy_labels.npy (the labels trained on),
 metrics.jsonl (one line per epoch), entropy_hist.npz (histograms of H(p) per epoch),
@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from mutual import NAMES
+from training import runfiles
 from training.errors import UserError
 from training.report import final_accuracies
 from training.runfiles import (append_entropy_hist, append_metrics, last_metrics, lines_of, read_json, trim_metrics,
@@ -51,7 +52,6 @@ from training.runfiles import (append_entropy_hist, append_metrics, last_metrics
 RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "data_mirror", "check_images", "tensorboard",
                "provenance")
 ARITHMETIC = ("device", "compile", "amp", "channels_last", "graph")
-RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
@@ -71,7 +71,7 @@ def check_out(out, config, resume):
     if where is not None:
         raise RunError(where)
     ckpt_path, config_path = os.path.join(out, "checkpoint.pt"), os.path.join(out, "config.json")
-    used = any(os.path.exists(os.path.join(out, f)) for f in RUN_FILES)
+    used = runfiles.state(out) != runfiles.NEW
     if used and not resume:
         raise RunError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
     if not resume:
@@ -180,10 +180,11 @@ def load_noisy_labels(out, n, num_classes):
 
 
 class Models(NamedTuple):
-    """The models trained together, their SGD optimisers and lr schedules: index k is model NAMES[k]."""
+    """The models trained together, their SGD optimisers and lr schedulers (MultiStepLR; the word "schedule"
+    alone is χ's, Eq. 7): index k is model NAMES[k]."""
     nets: list
     opts: list
-    scheds: list
+    lr_scheds: list
 
 
 def save_checkpoint(out, config, epoch, models, r, seconds):
@@ -196,10 +197,10 @@ def save_checkpoint(out, config, epoch, models, r, seconds):
     state = dict(config=config, epoch=epoch, rng_cpu=torch.get_rng_state(), seconds=seconds)
     if device.type == "cuda":
         state["rng_cuda"] = torch.cuda.get_rng_state(device)
-    for net, opt, sched, r_k, k in zip(*models, r, NAMES):  # model_a, opt_a, sched_a, r_a, model_b, ...
+    for net, opt, lr_sched, r_k, k in zip(*models, r, NAMES):  # model_a, opt_a, sched_a, r_a, model_b, ...
         state[f"r_{k}"] = r_k.cpu()
         state[f"model_{k}"] = getattr(net, "module", net).state_dict()
-        state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), sched.state_dict()
+        state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), lr_sched.state_dict()
     _save(state, os.path.join(out, "checkpoint.pt"))
 
 
@@ -208,7 +209,7 @@ def _save(obj, path):
     os.replace(path + ".tmp", path)  # a kill -9 leaves either the old or the new file, never half of one
 
 
-class RunClock:
+class Stopwatch:
     """Training time summed over every process that worked on a run (the checkpoint carries it from one
     to the next), and the last epoch whose checkpoint is on disk."""
 
@@ -250,11 +251,6 @@ def resume_command(argv):
     return shlex.join([python, script, *flags])
 
 
-def is_finished(out, ckpt, epochs):
-    """A checkpoint of the last epoch and its summary.json: --resume has nothing left to do."""
-    return ckpt is not None and ckpt["epoch"] >= epochs and os.path.exists(os.path.join(out, "summary.json"))
-
-
 def save_weights(out, nets, archs, meta):
     """The final models, one plain state_dict each (CPU tensors; torch.load(weights_only=True)), and
     weights.json: each file's arch, plus meta (dataset, num_classes, normalisation, epoch)."""
@@ -268,10 +264,10 @@ def save_weights(out, nets, archs, meta):
 
 def restore(ckpt, models, device):
     """Load a checkpoint's state in place into Models. Returns (epochs done, MyLC's r of each model, on device)."""
-    for net, opt, sched, k in zip(*models, NAMES):
+    for net, opt, lr_sched, k in zip(*models, NAMES):
         net.load_state_dict(ckpt[f"model_{k}"])
         opt.load_state_dict(ckpt[f"opt_{k}"])
-        sched.load_state_dict(ckpt[f"sched_{k}"])
+        lr_sched.load_state_dict(ckpt[f"sched_{k}"])
     torch.set_rng_state(ckpt["rng_cpu"])
     if device.type == "cuda" and "rng_cuda" in ckpt:
         torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
@@ -323,10 +319,11 @@ class Run:
         self.ckpt = check_out(out, config, resume)             # None for a fresh run
         self.changed = arithmetic_changes(self.ckpt, config)   # ARITHMETIC settings a resume changes
         self.epochs_done = self.ckpt["epoch"] if self.ckpt else 0
-        self.clock = RunClock(self.ckpt.get("seconds", 0.0) if self.ckpt else 0.0, self.epochs_done)
+        self.stopwatch = Stopwatch(self.ckpt.get("seconds", 0.0) if self.ckpt else 0.0, self.epochs_done)
 
-    def finished(self, epochs):
-        return is_finished(self.out, self.ckpt, epochs)
+    def finished(self):
+        """--resume of a finished run (check_out has compared its settings): nothing left to do."""
+        return runfiles.state(self.out) == runfiles.FINISHED
 
     def noisy_labels(self, n, num_classes):
         """On resume, the labels the run trained on; None for a fresh run."""
@@ -355,19 +352,19 @@ class Run:
 
     def log_epoch(self, row, hist, chi_start, models, r):
         """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C lands after them."""
-        seconds = self.clock.tick()
+        seconds = self.stopwatch.tick()
         with uninterrupted():
             if self.writes:
                 append_metrics(self.out, row)
                 append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, (chi_start, row["chi"]),
                                     self.config["noise"] != "none")
                 save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)
-            self.clock.saved = row["epoch"]
+            self.stopwatch.saved = row["epoch"]
 
     def finish(self, row, models, meta):
         """The final weights and summary.json (written last: its presence marks the run finished)."""
         summary = final_accuracies(row if row is not None else last_metrics(self.out))
-        summary.update(epochs=self.config["epochs"], seconds=round(self.clock.total(), 1))
+        summary.update(epochs=self.config["epochs"], seconds=round(self.stopwatch.total(), 1))
         save_weights(self.out, models.nets, self.config["arch"].split(","), meta)
         write_json(self.out, "summary.json", summary)
         return summary
@@ -375,14 +372,14 @@ class Run:
     def stopped_at(self, progress):
         """Where a run stopped, what is kept, and the time of the epoch cut short added to the checkpoint."""
         if self.writes:
-            add_seconds(self.out, self.clock.since_tick())
-        epochs = self.config["epochs"]
-        if progress.epoch is None or self.clock.saved == progress.epoch + 1:  # no epoch is under way
-            where = f"after epoch {self.clock.saved}/{epochs}" if self.clock.saved else f"before epoch 1/{epochs}"
+            add_seconds(self.out, self.stopwatch.since_tick())
+        epochs, saved = self.config["epochs"], self.stopwatch.saved
+        if progress.epoch is None or saved == progress.epoch + 1:  # no epoch is under way
+            where = f"after epoch {saved}/{epochs}" if saved else f"before epoch 1/{epochs}"
         else:
             where = (f"in epoch {progress.epoch + 1}/{epochs} " +
                      (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}"
                       if progress.t_train_end is None else "while testing"))
-        kept = (f"{self.out}/checkpoint.pt holds epoch {self.clock.saved}" if self.clock.saved else
+        kept = (f"{self.out}/checkpoint.pt holds epoch {saved}" if saved else
                 "no epoch had finished, so it starts again from epoch 1")
         return where, kept

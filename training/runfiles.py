@@ -1,5 +1,9 @@
-"""The files of a run directory, read and written (rundir.py decides when; tools/batched.py writes them too).
+"""The run directory's files, and the state they say a run is in (rundir.py decides when train.py writes them;
+tools/batched.py writes them too). No torch here: the tools that only read runs (sweep, slurm, plot) import this
+without it.
 
+state               -- the one answer to "what state is this run in": FINISHED, DIVERGED, STARTED or NEW
+                       (train.py, tools.batched, tools.sweep, tools.slurm, tools.fmnist and tools.plot ask it)
 append_metrics      -- one JSON line per epoch into metrics.jsonl
 lines_of            -- the non-empty lines of a run file (none when it is missing)
 trim_metrics        -- on resume, drop metric lines written after the checkpoint
@@ -12,6 +16,24 @@ import math
 import os
 
 import numpy as np
+
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")  # what a run writes first, or keeps while it runs
+FINISHED, DIVERGED, STARTED, NEW = "finished", "diverged", "started", "new"
+
+
+def state(out):
+    """What the run directory out holds:
+    FINISHED -- summary.json, which train.py and tools.batched write last: nothing left to do
+    DIVERGED -- diverged.json: its loss turned NaN or inf (tools.batched, tools.fmnist); its epochs are kept
+    STARTED  -- a run's files without either: running, or stopped (train.py --resume continues it)
+    NEW      -- none of them: a run may start there"""
+    def has(name):
+        return os.path.exists(os.path.join(out, name))
+    if has("summary.json"):
+        return FINISHED
+    if has("diverged.json"):
+        return DIVERGED
+    return STARTED if any(has(f) for f in RUN_FILES) else NEW
 
 
 def lines_of(out, name):
