@@ -196,3 +196,24 @@ def test_the_report_reads_the_preconditions_first_and_gates_its_answer_on_them(t
     assert answer.endswith(f"(n = 2); {gate}" + ("." if holds else ", so this does not test the paper's claim yet."))
     assert "| MyLC, all knowledge (η = 1) | 0 | not run |" in text and "left out: 1 runs" in text
     assert "| 69.09 |" in text  # the paper's Table 1 MyLC CMD-P beside ours
+
+
+def test_a_run_stopped_by_a_nan_loss_is_packed_as_diverged(tmp_path):
+    # train.py as the wave starts it, its output in train.log, its lr pushed to 1e33 after epoch 1
+    d = tmp_path / "wave" / "ce-zero-s0"
+    d.mkdir(parents=True)
+    argv = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
+            "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "3", "--lr", "0.01",
+            "--milestones", "1", "--lr-decay", "1e35", "--out", str(d)]
+    with open(d / "train.log", "w") as log:
+        rc = subprocess.run([sys.executable, "train.py", *argv], cwd=HERE, stdout=log, stderr=subprocess.STDOUT).returncode
+    assert rc == 2 and recipe.run_state(str(d)) == ("cut short", 1)  # one epoch on disk, no summary
+    recipe.mark_diverged(str(d))
+    assert recipe.run_state(str(d)) == ("diverged", 1)
+    wave = dict(wave="nan", size="toy", noise="sym", rate=0.4, graph="off", mps="off", provenance={},
+                runs={"ce-zero-s0": dict(row="ce-zero", seed=0, argv=argv)})
+    (tmp_path / "wave" / "wave.json").write_text(json.dumps(wave))
+    raw = str(tmp_path / "raw.jsonl.gz")
+    recipe.pack(str(tmp_path / "wave"), raw)
+    assert [(r["state"], len(r["rows"])) for r in recipe.read(raw)] == [("diverged", 1)]
+    assert recipe.next_wave(recipe.read(raw), "toy", "sym", 1) == ("sym", [0])  # its seed is run again
