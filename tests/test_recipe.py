@@ -86,14 +86,15 @@ def test_the_whole_gpu_command_at_toy_size_then_pack_and_report(tmp_path):
     assert any(n.startswith("tests.test_graph.") for n in names) and len(names) >= 15
     assert "device" in json.loads((out / "perf.json").read_text())
     wave = json.loads((out / "wave" / "wave.json").read_text())
-    assert wave["mps"].startswith("off: nvidia-cuda-mps-control not found") and wave["graph"] == "off"  # skipped
-    assert {n: r["state"] for n, r in wave["runs"].items()} == {"ce-zero-s0": "finished", "mylc-cmdp-s0": "finished"}
+    assert wave["mps"] == "off: not asked, or not on a GPU" and wave["graph"] == "off"  # graph tests skipped
+    assert {n: r["state"] for n, r in wave["runs"].items()} == {f"{row}-s0": "finished" for row in
+                                                               ("ce-zero", "mylc-zero", "mylc-cmdp")}
     assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith(".pt")]  # no checkpoint comes back
     raw = str(tmp_path / "recipe" / "runs.jsonl.gz")
     assert fmnist.main(["recipe", "pack", str(out), "--from", raw]) == 0
     lines = recipe.read(raw)
-    assert {(r["row"], r["seed"], r["state"], len(r["rows"])) for r in lines} == {("ce-zero", 0, "finished", 2),
-                                                                                 ("mylc-cmdp", 0, "finished", 2)}
+    assert {(r["row"], r["seed"], r["state"], len(r["rows"])) for r in lines} == {
+        (row, 0, "finished", 2) for row in ("ce-zero", "mylc-zero", "mylc-cmdp")}
     assert all("--out" not in r["flags"] and recipe.declared(r) for r in lines)
     assert fmnist.main(["recipe", "report", "--size", "toy", "--from", raw]) == 0
     text = (tmp_path / "recipe" / "report.md").read_text()
@@ -102,6 +103,14 @@ def test_the_whole_gpu_command_at_toy_size_then_pack_and_report(tmp_path):
     assert f"- seed 0: harm {harm:.2f} points" in text
     assert f"| CE, zero knowledge | 1 | {ce[-1]['test_acc_mean']:.2f} |" in text
     assert "| MyLC, CMD-P (η = 4, b = −5) − CE, zero knowledge |" in text and "Not in any table: none." in text
+    assert "**Answer:** CMD-P + MyLC − MyLC zero knowledge, final test accuracy: " in text and "(n = 1)" in text
+
+
+def test_mps_falls_back_to_time_slicing_and_says_why():
+    env = {}
+    with recipe.mps(True, env) as said:  # this machine has no nvidia-cuda-mps-control
+        assert env == {}
+    assert said == "off: nvidia-cuda-mps-control not found; the runs time-slice the GPU"
 
 
 def test_a_wave_stopped_by_sigterm_keeps_its_finished_runs_and_packs_the_rest_as_cut_short(tmp_path, capsys):
@@ -117,15 +126,16 @@ def test_a_wave_stopped_by_sigterm_keeps_its_finished_runs_and_packs_the_rest_as
     p.send_signal(signal.SIGTERM)  # as `timeout` stops it; the second run has started, or is about to
     assert p.wait(timeout=120) == 1, p.stdout.read()
     runs = json.loads((wave_dir / "wave.json").read_text())["runs"]
-    assert runs["ce-zero-s0"]["state"] == "finished" and runs["mylc-cmdp-s0"]["state"] == "cut short"
+    assert [runs[f"{row}-s0"]["state"] for row in ("ce-zero", "mylc-zero", "mylc-cmdp")] == [
+        "finished", "cut short", "cut short"]  # the third never started
     raw = str(tmp_path / "raw.jsonl.gz")
     assert fmnist.main(["recipe", "pack", str(wave_dir), "--from", raw]) == 0
-    assert sorted((r["row"], r["state"]) for r in recipe.read(raw)) == [("ce-zero", "finished"),
-                                                                       ("mylc-cmdp", "cut short")]
+    assert sorted((r["row"], r["state"]) for r in recipe.read(raw)) == [
+        ("ce-zero", "finished"), ("mylc-cmdp", "cut short"), ("mylc-zero", "cut short")]
     assert fmnist.main(["recipe", "report", "--size", "toy", "--from", raw]) == 0
     text = capsys.readouterr().out
     assert "| MyLC, CMD-P (η = 4, b = −5) | 0 | not run |" in text and "| CE, zero knowledge | 1 |" in text
-    assert "Not in any table: mylc-cmdp-s0 (cut short after" in text
+    assert "Not in any table: mylc-cmdp-s0 (cut short after 0 epochs" in text and "mylc-zero-s0 (cut short" in text
     before = open(raw, "rb").read()
     with pytest.raises(SystemExit) as e:  # a wave packed twice: one line, the raw data unchanged
         fmnist.main(["recipe", "pack", str(wave_dir), "--from", raw])
@@ -136,7 +146,10 @@ def test_a_wave_stopped_by_sigterm_keeps_its_finished_runs_and_packs_the_rest_as
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["pack", "{tmp}"], "no wave.json in"),
+    (["pack", "{tmp}"], "no wave.json in {tmp} nor in {tmp}/wave"),
+    (["report", "--from", "{tmp}/nowhere/raw.jsonl.gz"], "its folder does not exist"),
+    (["wave", "--budget", "-5"], "--budget positive"),
+    (["wave", "--batched"], "tools.batched refuses"),
     (["wave", "--out", "{tmp}/w", "--device", "cuda"], "--device cuda"),
     (["wave", "--out", "{tmp}/w", "--data-dir", "{tmp}/nothing"], "not found"),
 ])
@@ -144,12 +157,13 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, messag
     if "cuda" in argv and __import__("torch").cuda.is_available():
         pytest.skip("a GPU is here")
     (tmp_path / "data").mkdir()
-    argv = [a.format(tmp=tmp_path) for a in argv] + ["--from", str(tmp_path / "raw.jsonl.gz")]
-    argv += [] if "--data-dir" in argv or argv[0] == "pack" else ["--data-dir", str(tmp_path / "data")]
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    argv += [] if "--from" in argv else ["--from", str(tmp_path / "raw.jsonl.gz")]
+    argv += [] if "--data-dir" in argv or argv[0] != "wave" else ["--data-dir", str(tmp_path / "data")]
     with pytest.raises(SystemExit) as e:
         fmnist.main(["recipe", *argv])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message.format(tmp=tmp_path) in err, err
     assert sorted(os.listdir(tmp_path)) == ["data"]
 
 
@@ -217,3 +231,18 @@ def test_a_run_stopped_by_a_nan_loss_is_packed_as_diverged(tmp_path):
     recipe.pack(str(tmp_path / "wave"), raw)
     assert [(r["state"], len(r["rows"])) for r in recipe.read(raw)] == [("diverged", 1)]
     assert recipe.next_wave(recipe.read(raw), "toy", "sym", 1) == ("sym", [0])  # its seed is run again
+
+
+def test_pack_refuses_a_wave_json_cut_short_and_a_toy_wave_into_the_studys_raw_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(HERE)  # recipe.RAW is relative to the repository root
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "wave.json").write_text('{"wave": "x", "size": "toy", "ru')
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "wave.json").write_text(json.dumps(dict(wave="t", size="toy", runs={})))
+    before = open(recipe.RAW, "rb").read() if os.path.exists(recipe.RAW) else None
+    for folder, message in (("w", "is cut short or not a wave's"), ("t", "takes the declared (gpu) size only")):
+        with pytest.raises(SystemExit) as e:
+            fmnist.main(["recipe", "pack", str(tmp_path / folder)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert (open(recipe.RAW, "rb").read() if os.path.exists(recipe.RAW) else None) == before

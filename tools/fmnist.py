@@ -23,9 +23,10 @@ recipe      -- Table 1's shape in the paper's own recipe: a ResNet18 pair at the
     python -m tools.fmnist recipe report                      # docs/fmnist/recipe/report.md from the raw data
     python -m tools.fmnist demo select --dry-run              # a stage's train.py commands, to run one by hand
 
-The data: a fixed 8,000 of Fashion-MNIST's 60,000 training images (--subset-seed 0), of which a clean 10% is the
-validation split; the full 10,000 test images; the mlp; no augmentation; no weight decay; 80 epochs, lr / 10 at
-40 and 60 (BASE; docs/fmnist-regime.md). Each stage is a grid of train.py runs (finished runs are skipped; with
+The demo's and the attribution's data: a fixed 8,000 of Fashion-MNIST's 60,000 training images (--subset-seed 0),
+of which a clean 10% is the validation split; the full 10,000 test images; the mlp; no augmentation; no weight
+decay; 80 epochs, lr / 10 at 40 and 60 (BASE; docs/fmnist-regime.md). The recipe has its own declaration, waves
+and report: tools/recipe.py. Each stage is a grid of train.py runs (finished runs are skipped; with
 --batched, or on a GPU, they train in one process, tools.batched; else one train.py process per run).
 
 SELECTION: each row's setting is the one of best mean final-epoch accuracy on the clean validation split over the
@@ -860,8 +861,11 @@ def parse(argv):
                 "wave's")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         p.error(f"--out {args.out} is a file; give a directory")
-    if recipe and (args.jobs is not None and args.jobs < 1 or not 1 <= args.seeds <= 9):
-        p.error("--jobs must be at least 1 and --seeds between 1 and 9")
+    if recipe and (args.jobs is not None and args.jobs < 1 or not 1 <= args.seeds <= 9 or (args.budget or 0) < 0):
+        p.error("--jobs must be at least 1, --seeds between 1 and 9 and --budget positive")
+    if recipe and args.batched is not None:
+        p.error("--batched: the recipe's ResNets have BatchNorm, which tools.batched refuses; its runs are train.py "
+                "processes")
     if recipe:
         return args, rows
     if rows is not None and (args.study != "attribution" or set(rows) - set(ATTRIBUTION.rows)):

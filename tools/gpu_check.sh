@@ -28,6 +28,11 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 left() { echo $(( LIMIT - SECONDS )); }
 
+FMNIST=${FMNIST:-data/fashion-mnist}
+[ -d "$FMNIST" ] || FMNIST=/usr/share/datasets/fashion-mnist
+# said first, not after the tests: without the data, stage 4 has nothing to train
+[ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ] ||
+    echo "gpu_check: no Fashion-MNIST in $FMNIST: stage 4 (the wave) will not run; set FMNIST, or carry data/fashion-mnist"
 echo "gpu_check 1/4: the environment"
 timeout 120 "$PY" - > "$OUT/env.txt" 2>&1 <<'PY'
 import platform, torch
@@ -61,8 +66,6 @@ timeout -k 20 "${PERF_LIMIT:-150}" "$PY" -m tools.perf suite \
 perf=$?
 tail -25 "$OUT/perf.log"
 
-FMNIST=${FMNIST:-data/fashion-mnist}
-[ -d "$FMNIST" ] || FMNIST=/usr/share/datasets/fashion-mnist
 budget=$(( $(left) - 40 ))  # what the wave's runs may use; the rest stops them and writes wave.json
 echo "gpu_check 4/4: one wave of the recipe, --graph $graph, budget $budget s"
 if (( budget < 60 )); then

@@ -73,7 +73,7 @@ REGIMES = {
                    "128"], tuple(ROWS)),
     # the same command at the size of a CPU test: what a GPU runs has run in the suite first
     "toy": Regime(["--arch", "cnn", "--subset", "300", "--subset-seed", "0", "--val-split", "0.1", *SGD, "--epochs",
-                   "2", "--milestones", "1", "--batch-size", "32"], ("ce-zero", "mylc-cmdp")),
+                   "2", "--milestones", "1", "--batch-size", "32"], ("ce-zero", "mylc-zero", "mylc-cmdp")),
 }
 RATE, NOISES, SEEDS_FIRST = 0.4, ("sym", "pair"), 3  # pair-flip noise once symmetric has SEEDS_FIRST seeds
 # The preconditions, read on the clean validation split before any comparison: CE is harmed by the noise (its
@@ -128,7 +128,8 @@ def mps(want, env):
     time-slice the GPU."""
     ctl = shutil.which("nvidia-cuda-mps-control")
     if not want or ctl is None:
-        yield "off: " + ("not asked" if not want else "nvidia-cuda-mps-control not found") + "; the runs time-slice"
+        yield "off: " + ("not asked, or not on a GPU" if not want else "nvidia-cuda-mps-control not found; the runs "
+                         "time-slice the GPU")
         return
     d = tempfile.mkdtemp(prefix="cmd-mps-")
     mine = dict(env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(d, "pipe"), CUDA_MPS_LOG_DIRECTORY=os.path.join(d, "log"))
@@ -180,6 +181,11 @@ def wave(args, lines):
     `timeout` around it) stops it the same way. wave.json is written at the start, at each run's end and at the
     end, so that even a wave killed outright can be packed."""
     noise, seeds = next_wave(lines, args.size, args.noise, args.seeds)
+    ce = {r["seed"]: r["rows"] for r in lines if r["size"] == args.size and r["noise"] == noise and
+          r["row"] == "ce-zero" and r["state"] == "finished" and declared(r)}
+    if preconditions(ce)[1] is False:
+        print(f"recipe wave: the preconditions do not hold on the {len(ce)} CE runs packed; this wave adds seeds "
+              "to a regime that does not test the claim (harden REGIMES in tools/recipe.py first)", file=sys.stderr)
     runs = {f"{row}-s{seed}": (row, seed) for seed in seeds for row in REGIMES[args.size].rows}
     argv = {name: command(args.size, noise, row, seed, args.data_dir, os.path.join(args.out, name), args.device,
                           args.graph) for name, (row, seed) in runs.items()}
@@ -213,7 +219,7 @@ def wave(args, lines):
         raise KeyboardInterrupt
     previous = signal.signal(signal.SIGTERM, stop)
     cut = None
-    with mps(args.mps, env) as info["mps"]:
+    with mps(args.mps and device.type == "cuda", env) as info["mps"]:
         print(f"recipe wave {info['wave']}: {len(argv)} runs ({noise} noise, seeds {seeds}), MPS {info['mps']}, "
               f"graph {args.graph}, budget {args.budget or 'none'} s", flush=True)
         save()
@@ -270,12 +276,22 @@ def wave(args, lines):
 def pack(folder, path):
     """A wave's runs (folder, or folder/wave: a gpu_check $OUT) into the raw data at path; each run marked with
     its state, so that one cut short is kept and never enters a table. Returns (runs added, how many it holds)."""
+    given = folder
     folder = next((d for d in (folder, os.path.join(folder, "wave")) if os.path.exists(os.path.join(d, "wave.json"))),
-                  None) if os.path.isdir(folder) else None
+                  None)
     if folder is None:
-        raise UserError(f"no wave.json in {folder} nor in its wave/: give a wave's folder (a gpu_check $OUT)")
-    with open(os.path.join(folder, "wave.json")) as f:
-        info = json.load(f)
+        raise UserError(f"no wave.json in {given} nor in {os.path.join(given, 'wave')}: give a wave's folder (the "
+                        "$OUT of tools/gpu_check.sh as it came back, or the --out of recipe wave)")
+    try:
+        with open(os.path.join(folder, "wave.json")) as f:
+            info = json.load(f)
+        info["wave"], info["runs"]
+    except (ValueError, KeyError) as e:
+        raise UserError(f"{os.path.join(folder, 'wave.json')} is cut short or not a wave's ({type(e).__name__}); "
+                        "nothing packed") from None
+    if info["size"] != "gpu" and os.path.abspath(path) == os.path.abspath(RAW):
+        raise UserError(f"wave {info['wave']} is of the {info['size']} size: the study's raw data {RAW} takes the "
+                        "declared (gpu) size only; give --from another file")
     lines = read(path)
     if any(r["wave"] == info["wave"] for r in lines):
         raise UserError(f"wave {info['wave']} ({folder}) is packed in {path} already")
@@ -329,11 +345,12 @@ def preconditions(ce):
         return ["- CE has no finished run yet."], None
     harm = {s: max(r["val_acc_mean"] for r in rows) - rows[-1]["val_acc_mean"] for s, rows in sorted(ce.items())}
     mem = {s: memorised(rows) for s, rows in sorted(ce.items())}
-    lines = [f"- seed {s}: harm {harm[s]:.2f} points (best validation epoch {max(r['val_acc_mean'] for r in ce[s]):.2f}"
-             f", last {ce[s][-1]['val_acc_mean']:.2f}); memorised at the end {mem[s]:.3f}" for s in harm]
+    lines = [f"- seed {s}: harm {harm[s]:.2f} points (validation accuracy {max(r['val_acc_mean'] for r in ce[s]):.2f} "
+             f"at its best epoch, {ce[s][-1]['val_acc_mean']:.2f} at the last); memorised at the end {mem[s]:.3f}"
+             for s in harm]
     h, m = mean_std(list(harm.values()))[0], mean_std(list(mem.values()))[0]
     ok = h >= HARM and m >= MEMORISED
-    return lines + [f"- mean over {len(harm)} seeds: harm {h:.2f} (needs >= {HARM:g}) {'✓' if h >= HARM else '✗'}; "
+    return lines + [f"- mean over {len(harm)} seed{'s' * (len(harm) > 1)}: harm {h:.2f} (needs >= {HARM:g}) {'✓' if h >= HARM else '✗'}; "
                     f"memorised {m:.3f} (needs >= {MEMORISED:g}) {'✓' if m >= MEMORISED else '✗'}"], ok
 
 
@@ -361,7 +378,8 @@ def noise_section(lines, noise, size):
            "**Preconditions** (CE on the clean validation split; the regime holds when CE's mean harm is >= "
            f"{HARM:g} points and it fits >= {MEMORISED:g} of the noisy labels by the end):", "", *pre, "",
            f"Regime holds: {({True: 'yes', False: 'no', None: 'not known'})[ok]}." + (
-               " The next wave hardens it before it runs (60% noise, or more epochs), declared in tools/recipe.py."
+               " Until REGIMES in tools/recipe.py is hardened (60% noise, or more epochs) in a commit of its own, "
+               "the next waves run the same regime: they add seeds, not an answer."
                if ok is False else ""), "",
            "| row | n | final test acc | best-epoch test acc | memorised (end) | selected | precision | recall | "
            "paper, CIFAR-100 |", "|---" * 9 + "|"]
@@ -394,19 +412,22 @@ def noise_section(lines, noise, size):
 
 def report(path, size, dry_run=False):
     """report.md beside the raw data at path, for the regime `size` (dry_run: printed, not written)."""
-    lines = read(path)
+    if not os.path.isdir(os.path.dirname(path) or "."):
+        raise UserError(f"--from {path}: its folder does not exist (the raw data is {RAW})")
+    lines = [r for r in read(path) if r["size"] == size]
     text = ["# Fashion-MNIST in the paper's recipe: Table 1's shape, wave by wave", "",
             f"Declared in tools/recipe.py before any run ({size}): `" + " ".join(REGIMES[size].flags) + "`, the same "
             "for every row; 40% noise; 28x28 images; each row at Eq. 7's η and b of the project's "
             "Table 1 (mutual.THRESHOLDS). Final test accuracy: the mean of the two models' last-epoch accuracies, "
             "mean ± std over seeds; best-epoch: the test accuracy at each run's best validation epoch. Paired "
-            "differences over the same seeds, with 95% t-intervals from n = 2. The paper's column is CIFAR-100 "
+            "differences over the same seeds, with a 95% t-interval once a pair has n >= 2 seeds. The paper's column is CIFAR-100 "
             "with a ResNet34 (Tables 1 and 2), beside ours for the order of the rows, not the values.", ""]
     for noise in NOISES:
         if noise == "sym" or any(r["noise"] == noise for r in lines):
             text += noise_section(lines, noise, size)
-    text.append(f"Rendered from {path} by "
-                f"`python -m tools.fmnist recipe report` ({len(lines)} runs packed).")
+    text.append(f"Rendered from {path} by `python -m tools.fmnist recipe report" + (f" --size {size}" if size != "gpu"
+                else "") + (f" --from {path}" if os.path.abspath(path) != os.path.abspath(RAW) else "") +
+                f"` ({len(lines)} runs of this size packed).")
     out = os.path.join(os.path.dirname(path) or ".", "report.md")
     print("\n".join(text))
     if not dry_run:
