@@ -82,18 +82,26 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 @dataclass(frozen=True)
 class Setup:
-    """What a timing runs on: cost builds one from its flags, the suite from its Sizes, profile from its flags."""
+    """What a timing runs on: cost builds one from its flags, the suite from its Sizes, profile from its flags
+    (each size's meaning: SETUP_HELP)."""
     arch: str = "cnn"          # NAME or NAME_A,NAME_B (models.ARCHS)
     num_classes: int = 100
     batch_size: int = 128
     image_size: int = 32
     amp: str = "off"           # bf16 | off: the step's autocast
-    rounds: int = 3            # interleaved rounds for step_ratio
-    warmup: int = 3            # untimed runs before each timing
-    repeats: int = 10          # timed runs; the figure is their median
-    images: int = 2048         # synthetic training images for throughput
-    epochs: int = 2            # timed epochs for throughput
-    workers: int = 2           # DataLoader workers of the baseline pipeline
+    rounds: int = 3
+    warmup: int = 3
+    repeats: int = 10
+    images: int = 2048
+    epochs: int = 2
+    workers: int = 2
+
+
+SETUP_HELP = dict(num_classes="K, the classes of the synthetic data", batch_size="images a step",
+                  image_size="the synthetic images' side", rounds="interleaved rounds for step_ratio",
+                  warmup="untimed runs before each timing", repeats="timed runs; the figure is their median",
+                  images="synthetic training images for throughput", epochs="timed epochs for throughput",
+                  workers="DataLoader workers of the baseline pipeline")
 
 
 class Pair:
@@ -980,9 +988,9 @@ def parse(argv):
     c.add_argument("--arch", default="cnn", help="NAME or NAME_A,NAME_B (models.ARCHS)")
     c.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto",
                    help="for step_ratio; auto: bf16 on CUDA, off on CPU")
-    for f in fields(Setup):  # every size of Setup is a flag with Setup's default
+    for f in fields(Setup):  # every size of Setup is a flag with Setup's default and its comment as help
         if f.name not in ("arch", "amp"):
-            c.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default)
+            c.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default, help=SETUP_HELP[f.name])
     c.add_argument("--peers", default="2,3,4", help="cohort sizes N whose step is timed against N CE steps")
     c.add_argument("--skip", default="", help="comma list of figures to skip: loss,step,throughput")
     s = part("suite", "everything a GPU can tell about the main command, within --budget")
@@ -992,8 +1000,8 @@ def parse(argv):
     s.add_argument("--child-compile", choices=COMPILE_MODES + ("graph",), help=argparse.SUPPRESS)  # compiled()
     f = part("profile", "where the time of one training step goes, under torch.profiler")
     f.add_argument("--arch", default="resnet34", help="NAME or NAME_A,NAME_B (models.ARCHS)")
-    f.add_argument("--batch-size", type=int, default=128)
-    f.add_argument("--num-classes", type=int, default=100)
+    f.add_argument("--batch-size", type=int, default=128, help="images a step")
+    f.add_argument("--num-classes", type=int, default=100, help="K, the classes of the synthetic batch")
     f.add_argument("--steps", type=int, default=10, help="timed and profiled steps")
     f.add_argument("--top", type=int, default=15, help="operators listed")
     b = part("batched", "many runs in one process (tools.batched) against one train.py process per run")
