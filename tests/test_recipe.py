@@ -246,3 +246,14 @@ def test_pack_refuses_a_wave_json_cut_short_and_a_toy_wave_into_the_studys_raw_d
         err = capsys.readouterr().err
         assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert (open(recipe.RAW, "rb").read() if os.path.exists(recipe.RAW) else None) == before
+
+
+def test_a_wave_past_its_budget_stops_its_runs_and_says_so(tmp_path, capsys):
+    write_idx(tmp_path / "data", n_train=300, n_test=60)
+    rc = fmnist.main(["recipe", "wave", "--size", "toy", "--device", "cpu", "--budget", "0.5", "--out",
+                      str(tmp_path / "w"), "--data-dir", str(tmp_path / "data"), "--from",
+                      str(tmp_path / "none.jsonl.gz")])  # 1: runs did not finish
+    wave = json.loads((tmp_path / "w" / "wave.json").read_text())
+    assert rc == 1 and wave["cut"] == "the budget ran out" and wave["budget_s"] == 0.5
+    assert {r["state"] for r in wave["runs"].values()} == {"cut short"}
+    assert "0 of 3 finished" in capsys.readouterr().out
