@@ -57,7 +57,7 @@ from typing import NamedTuple
 from tools import batched, recipe
 from tools.recipe import RAW
 from tools.stats import fmt, mean_std, paired
-from tools.sweep import diagnostics, print_commands
+from tools.sweep import diagnostics, early_stopped, print_commands
 from training import config, runfiles
 from training.errors import Parser, UserError, one_line
 
@@ -555,12 +555,6 @@ def heat_map(runs, path):
     ax.set_title("MyLC: val accuracy (2 seeds) at each cell's best lr", fontsize=9)
     fig.colorbar(im, ax=ax, label="validation accuracy (%)")
     save(plt, fig, path)
-
-
-def early_stopped(rows):
-    """Test accuracy at the epoch with the best validation accuracy (the first such epoch)."""
-    best = max(range(len(rows)), key=lambda i: (rows[i]["val_acc_mean"], -i))
-    return rows[best]["test_acc_mean"]
 
 
 def row_cells(seeds, flags, columns=("test_acc_mean",)):

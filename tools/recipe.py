@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from tools.paper_tables import PAPER
 from tools.stats import fmt, mean_std, paired
-from tools.sweep import diagnostics, print_commands
+from tools.sweep import diagnostics, early_stopped, print_commands
 from training import runfiles
 from training.errors import UserError
 
@@ -326,25 +326,13 @@ def declared(line):
     return strip(line["flags"]) == strip(want)
 
 
-def best_epoch_test(rows):
-    """Test accuracy at the epoch of best validation accuracy (the first such epoch)."""
-    best = max(range(len(rows)), key=lambda i: (rows[i]["val_acc_mean"], -i))
-    return rows[best]["test_acc_mean"]
-
-
-def memorised(rows):
-    """The share of the noisy labels the models fit at the last epoch, the mean over models."""
-    mem = [v for k, v in rows[-1].items() if k.startswith("memorized_")]
-    return sum(mem) / len(mem)
-
-
 def preconditions(ce):
     """Lines on CE's runs {seed: rows} (per seed, then the mean) and whether the preconditions hold (None: no
     run). Harm: validation accuracy at the best epoch minus at the last; memorised: at the last epoch."""
     if not ce:
         return ["- CE has no finished run yet."], None
     harm = {s: max(r["val_acc_mean"] for r in rows) - rows[-1]["val_acc_mean"] for s, rows in sorted(ce.items())}
-    mem = {s: memorised(rows) for s, rows in sorted(ce.items())}
+    mem = {s: diagnostics(rows)["memorized"] for s, rows in sorted(ce.items())}
     lines = [f"- seed {s}: harm {harm[s]:.2f} points (validation accuracy {max(r['val_acc_mean'] for r in ce[s]):.2f} "
              f"at its best epoch, {ce[s][-1]['val_acc_mean']:.2f} at the last); memorised at the end {mem[s]:.3f}"
              for s in harm]
@@ -392,8 +380,8 @@ def noise_section(lines, noise, size):
         dia = [mean_std([x[k] for x in d if x[k] is not None] or [math.nan]) for k in ("selected", "precision",
                                                                                        "recall")]
         cells = [fmt(*mean_std([rows[-1]["test_acc_mean"] for rows in seeds.values()])[:2]),
-                 fmt(*mean_std([best_epoch_test(rows) for rows in seeds.values()])[:2]),
-                 fmt(*mean_std([memorised(rows) for rows in seeds.values()])[:2], "{:.3f}"),
+                 fmt(*mean_std([early_stopped(rows) for rows in seeds.values()])[:2]),
+                 fmt(*mean_std([x["memorized"] for x in d])[:2], "{:.3f}"),
                  *["–" if math.isnan(x[0]) else fmt(*x[:2], "{:.3f}") for x in dia]]
         out.append(f"| {ROWS[row][0]} | {len(seeds)} | " + " | ".join(cells) + f" | {PAPER_ROWS[row]:.2f} |")
     out += ["", "| paired difference, final test accuracy | mean [95% t-interval] | ahead |", "|---|---|---|"]

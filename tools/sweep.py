@@ -171,6 +171,12 @@ def diagnostics(rows):
                 r_end=per_model(rows[-1], "confidence"))
 
 
+def early_stopped(rows):
+    """Test accuracy at the epoch with the best validation accuracy (the first such epoch)."""
+    best = max(range(len(rows)), key=lambda i: (rows[i]["val_acc_mean"], -i))
+    return rows[best]["test_acc_mean"]
+
+
 DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - final", "{:.1f}"),
                ("memorized", "noisy labels memorised at the end", "{:.2f}"),
                ("selected", "fraction distilled", "{:.3f}"), ("precision", "precision of distilled targets", "{:.2f}"),
