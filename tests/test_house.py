@@ -255,7 +255,7 @@ def knob_parameters():
         module = os.path.basename(path)[:-3]
         tree = ast.parse(open(path).read())
         aliases = {a.asname: a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
-                   if a.asname}  # mutual.py's chi_schedule is schedule.chi
+                   if a.asname}  # a function imported under another name is still its own
         for outer in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
             own = {a.arg for a in outer.args.args + outer.args.kwonlyargs}
             for call in [n for n in ast.walk(outer) if isinstance(n, ast.Call)]:

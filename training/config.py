@@ -55,7 +55,7 @@ def pick_device(choice, local_rank=0):
         return torch.device("cpu")
     torch.cuda.set_device(local_rank)
     # every batch has the same shapes, so cuDNN's autotuner pays for itself after a few steps: the ResNet34
-    # pair's step fell from 27.5 to 22.7 ms on one H200 (tools/profile_step.py, docs/performance.md)
+    # pair's step fell from 27.5 to 22.7 ms on one H200 (python -m tools.perf profile, docs/performance.md)
     torch.backends.cudnn.benchmark = True
     return torch.device("cuda", local_rank)
 
