@@ -257,3 +257,26 @@ def test_a_wave_past_its_budget_stops_its_runs_and_says_so(tmp_path, capsys):
     assert rc == 1 and wave["cut"] == "the budget ran out" and wave["budget_s"] == 0.5
     assert {r["state"] for r in wave["runs"].values()} == {"cut short"}
     assert "0 of 3 finished" in capsys.readouterr().out
+
+
+def junit(tmp_path, cases):
+    """A JUnit XML as pytest --junitxml writes it: a testsuite of testcases, each maybe skipped or failed."""
+    body = "".join(f'<testcase classname="tests.{mod}" name="{name}" time="0.1">' +
+                   {"passed": "", "skipped": '<skipped type="pytest.skip" message="needs a CUDA device"/>',
+                    "failed": '<failure message="assert False">x</failure>'}[how] + "</testcase>"
+                   for mod, name, how in cases)
+    path = tmp_path / f"cuda{len(list(tmp_path.iterdir()))}.xml"
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="{len(cases)}">'
+                    f"{body}</testsuite></testsuites>")
+    return str(path)
+
+
+def test_the_wave_captures_the_graph_only_where_its_cuda_tests_ran_and_passed(tmp_path):
+    other = ("test_train", "test_sync_free", "passed")
+    assert recipe.graph_from(junit(tmp_path, [other, ("test_graph", "test_capture", "passed"),
+                                              ("test_graph", "test_bf16", "passed")])) == "capture"
+    assert recipe.graph_from(junit(tmp_path, [other, ("test_graph", "test_capture", "passed"),
+                                              ("test_graph", "test_bf16", "failed")])) == "off"
+    assert recipe.graph_from(junit(tmp_path, [other, ("test_graph", "test_capture", "skipped")])) == "off"
+    assert recipe.graph_from(junit(tmp_path, [other])) == "off"  # cut off before they ran
+    assert recipe.graph_from(str(tmp_path / "never-written.xml")) == "off"

@@ -50,13 +50,8 @@ OUT="$OUT" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v 
     --junitxml="$OUT/cuda.xml" 2>&1 | tee "$OUT/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed"
 tests=${PIPESTATUS[0]}
 # the graph is captured in the wave only where its own CUDA tests ran and passed
-graph=$("$PY" - "$OUT/cuda.xml" <<'PY' 2>/dev/null || echo off
-import sys, xml.etree.ElementTree as ET
-cases = [c for c in ET.parse(sys.argv[1]).getroot().iter("testcase") if c.get("classname", "").endswith("test_graph")]
-ran = [c for c in cases if c.find("skipped") is None]
-print("capture" if ran and all(c.find("failure") is None and c.find("error") is None for c in ran) else "off")
-PY
-)
+graph=$("$PY" -c "import sys; from tools.recipe import graph_from; print(graph_from(sys.argv[1]))" "$OUT/cuda.xml" \
+    2>/dev/null || echo off)
 
 echo "gpu_check 3/4: perf suite ($(left) s left)"
 # shellcheck disable=SC2086  # PERF_ARGS is a list of flags

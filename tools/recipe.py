@@ -161,6 +161,19 @@ def gpu_sample():
         return None
 
 
+def graph_from(junit_xml):
+    """train.py's --graph for the wave from pytest -m cuda's JUnit XML: capture where tests/test_graph.py's CUDA
+    tests ran and none failed, else off (eager)."""
+    from xml.etree import ElementTree
+    try:
+        cases = [c for c in ElementTree.parse(junit_xml).getroot().iter("testcase")
+                 if c.get("classname", "").endswith("test_graph")]
+    except (OSError, ElementTree.ParseError):  # pytest stopped before it wrote the file
+        return "off"
+    ran = [c for c in cases if c.find("skipped") is None]
+    return "capture" if ran and all(c.find("failure") is None and c.find("error") is None for c in ran) else "off"
+
+
 def run_state(d):
     """finished, diverged (its loss turned NaN or inf) or cut short; and its epochs on disk."""
     state = runfiles.state(d)
