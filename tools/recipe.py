@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from typing import NamedTuple
+from xml.etree import ElementTree
 
 from tools.paper_tables import PAPER
 from tools.stats import fmt, mean_std, paired
@@ -164,7 +165,6 @@ def gpu_sample():
 def graph_from(junit_xml):
     """train.py's --graph for the wave from pytest -m cuda's JUnit XML: capture where tests/test_graph.py's CUDA
     tests ran and none failed, else off (eager)."""
-    from xml.etree import ElementTree
     try:
         cases = [c for c in ElementTree.parse(junit_xml).getroot().iter("testcase")
                  if c.get("classname", "").endswith("test_graph")]
