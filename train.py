@@ -277,7 +277,7 @@ def stopped(err, run, argv, progress, rank):
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-    resume = f"resume with: {rundir.resume_command(argv)}"
+    resume = f"resume with: {rundir.resume_command(argv)}" if run.resumable else "it cannot resume"
     if isinstance(err, datasets.DataError):
         raise datasets.DataError(f"{err} ({where}); {kept}; {resume}") from None
     if rank == 0:

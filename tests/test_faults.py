@@ -268,6 +268,23 @@ def test_ctrl_c_is_one_line_with_the_resume_command_and_resuming_matches(tmp_pat
     assert total >= stopped_at + sum(r["seconds"] for r in metrics(part)[1:]) - 0.1
 
 
+def test_checkpoint_none_writes_no_checkpoint_and_a_stopped_run_says_it_cannot_resume(tmp_path):
+    # what the recipe's waves run: their checkpoints never come back from the GPU machine
+    flags = TINY + ["--synthetic-size", "192", "--epochs", "40", "--checkpoint", "none"]
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "train.py", *flags, "--out", str(out)], cwd=HERE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and len(rundir.lines_of(str(out), "metrics.jsonl")) < 2:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and re.search(r"metrics.jsonl holds \d+ epochs, and no checkpoint \(--checkpoint "
+                                                r"none\); it cannot resume$", err.strip()), err
+    assert not list(out.glob("*.pt*")) and len(metrics(str(out))) >= 2
+    assert config.get_args(TINY).checkpoint == "epoch"  # the default keeps one every epoch
+
+
 def test_a_ctrl_c_while_an_epochs_files_are_written_waits_until_they_are_complete():
     done = []
     with pytest.raises(KeyboardInterrupt):
@@ -603,7 +620,7 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
 
 
 @pytest.mark.parametrize("tool", ["sweep", "plot", "perf", "perf cost", "perf suite", "perf profile", "perf batched",
-                                  "fmnist", "batched"])
+                                  "fmnist", "batched", "outbox snapshot", "outbox check"])
 def test_every_tool_refuses_an_unknown_flag_in_one_line(tool, capsys, tmp_path):
     """python -m tools.NAME [PART] --no-such-flag: one line naming the flag and where the help is, exit 2, nothing
     written (argparse's own error would print the usage as well)."""

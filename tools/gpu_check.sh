@@ -1,76 +1,102 @@
 #!/usr/bin/env bash
-# The one command a lent GPU machine runs: four stages in order of value, each under its own time limit, each
-# leaving its files in $OUT even when a later one fails; at most $LIMIT seconds (default 540) in all.
+# The one command a lent GPU machine runs: four stages in order of value, each under its own time limit, at most
+# $LIMIT seconds (default 560) in all.
 #
-#     OUT=gpu-check bash tools/gpu_check.sh     # on a GPU machine, Fashion-MNIST in data/fashion-mnist
+#     OUT=gpu-check COMMIT=$(git rev-parse HEAD) bash tools/gpu_check.sh   # on a GPU machine, Fashion-MNIST in data/fashion-mnist
 #
-# 1. env.txt             the device, torch, CUDA, cuDNN, and what nvidia-smi says
-# 2. cuda.xml, cuda.log  every test marked cuda (pytest -m cuda), the graphed step's included, cut off by SIGINT
-#                        after $TEST_LIMIT s (default 100) so that pytest still writes the JUnit XML;
-#                        bf16_spread.json  the graphed step against the eager one in bf16 (test_graph.py)
-# 3. perf.json, perf.log python -m tools.perf suite: the main command eager and graphed side by side (step ms,
-#                        epochs_100_min both ways, capture seconds, peak memory), $PERF_LIMIT s (default 150);
-#                        PERF_ARGS replaces its flags
-# 4. wave/               one wave of the paper's recipe (python -m tools.fmnist recipe wave, tools/recipe.py) in
-#                        the time left: five train.py processes under CUDA MPS, --graph capture if stage 2's graph
-#                        tests passed, each run's metrics epoch by epoch; then `python -m tools.fmnist recipe pack
-#                        $OUT` on the machine that keeps the raw data. No checkpoints come back.
+# Such a machine brings back at most 8 small files from $OUT (tools/outbox.py: RULES). So every stage writes into
+# a work folder ($WORK, default a new temporary one), and $OUT holds two files only, whatever moment the command
+# is killed at: gpu_check.log, this script's own output, and gpu-check.tar.gz, the work folder so far, rewritten
+# whole after each stage and every 30 s (a kill leaves the last one whole; its snapshot.json lists what it holds).
+#
+# 1. env.txt             the device, torch, CUDA, cuDNN, the commit (COMMIT, for a copy without .git), nvidia-smi
+# 2. cuda.xml, cuda.log  every test marked cuda (pytest -m cuda), the graphed step's included, stopped by SIGINT
+#                        after $TEST_LIMIT s (default 100): the run stops there and still writes the JUnit XML
+#                        (tests/conftest.py); graph-cases.txt, the graph tests it should hold; bf16_spread.json
+# 3. perf.json, perf.log python -m tools.perf suite: train.py's epochs graphed, then eager (epochs_100_min both
+#                        ways), then the step eager against graphed; perf.json rewritten after each part;
+#                        $PERF_LIMIT s (default 170) for its --budget of 150; PERF_ARGS replaces its flags
+# 4. wave/, wave.log     one wave of the paper's recipe (python -m tools.fmnist recipe wave, tools/recipe.py) in the
+#                        time left: five train.py processes under CUDA MPS, --graph capture only where every graph
+#                        test of stage 2 passed and stage 3's graphed epochs ran (recipe.graph_from), a run whose
+#                        capture dies before its first epoch started again eager; metrics epoch by epoch, no
+#                        checkpoints. Then, where the raw data lives: python -m tools.fmnist recipe pack
+#                        gpu-check/gpu-check.tar.gz
 #
 # PYTHON (default python3) is the interpreter of every stage: give the one with torch. FMNIST is the folder of
 # the four Fashion-MNIST IDX files (default data/fashion-mnist, else Debian's /usr/share/datasets/fashion-mnist).
-# WAVE_ARGS replaces the wave's own flags (the suite: --size toy --device cpu, no MPS).
+# WAVE_ARGS replaces the wave's own flags (the suite: --size toy --device cpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check}
+WORK=${WORK:-$(mktemp -d)}
 PY=${PYTHON:-python3}
-LIMIT=${LIMIT:-540}
-mkdir -p "$OUT"
+LIMIT=${LIMIT:-560}
+mkdir -p "$OUT" "$WORK"
+exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1
+export CMD_COMMIT=${COMMIT:-$(git rev-parse HEAD 2> /dev/null)}  # train.py records it where the copy has no .git
 left() { echo $(( LIMIT - SECONDS )); }
+stage_done() {  # the archive after stage $1, and whether $OUT is within the return rules
+    "$PY" -m tools.outbox snapshot "$WORK" "$OUT" > /dev/null
+    echo "gpu_check: after stage $1, $("$PY" -m tools.outbox check "$OUT")"
+}
+"$PY" -m tools.outbox snapshot "$WORK" "$OUT" --every 30 & snapshots=$!
+finish() {
+    kill "$snapshots" 2> /dev/null; wait "$snapshots" 2> /dev/null  # one that is under way finishes first
+    stage_done end
+}
+trap finish EXIT
+trap 'exit 143' TERM INT  # a kill by timeout still leaves the last archive and the log
 
 FMNIST=${FMNIST:-data/fashion-mnist}
 [ -d "$FMNIST" ] || FMNIST=/usr/share/datasets/fashion-mnist
 # said first, not after the tests: without the data, stage 4 has nothing to train
 [ -f "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/train-images-idx3-ubyte" ] ||
     echo "gpu_check: no Fashion-MNIST in $FMNIST: stage 4 (the wave) will not run; set FMNIST, or carry data/fashion-mnist"
-echo "gpu_check 1/4: the environment"
-timeout 120 "$PY" - > "$OUT/env.txt" 2>&1 <<'PY'
-import platform, torch
+echo "gpu_check 1/4: the environment (work folder $WORK)"
+timeout 120 "$PY" - > "$WORK/env.txt" 2>&1 <<'PY'
+import os, platform, torch
 print("date", __import__("datetime").datetime.now().isoformat(timespec="seconds"))
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
       "cudnn", torch.backends.cudnn.version())
 print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no CUDA device)")
+print("commit", os.environ.get("CMD_COMMIT") or "unknown (no .git and no COMMIT)")
 PY
 env_rc=$?
-command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi >> "$OUT/env.txt" 2>&1
-head -3 "$OUT/env.txt"
+command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi >> "$WORK/env.txt" 2>&1
+head -4 "$WORK/env.txt"
+stage_done 1
 
 echo "gpu_check 2/4: pytest -m cuda ($(left) s left)"
-OUT="$OUT" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v -p no:cacheprovider -rs \
-    --junitxml="$OUT/cuda.xml" 2>&1 | tee "$OUT/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed"
+timeout 120 "$PY" -m pytest -m cuda --collect-only -q -p no:cacheprovider tests/test_graph.py \
+    > "$WORK/graph-cases.txt" 2>&1
+OUT="$WORK" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v -p no:cacheprovider -rs \
+    --junitxml="$WORK/cuda.xml" 2>&1 | tee "$WORK/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|skipped|Interrupted"
 tests=${PIPESTATUS[0]}
-# the graph is captured in the wave only where its own CUDA tests ran and passed
-graph=$("$PY" -c "import sys; from tools.recipe import graph_from; print(graph_from(sys.argv[1]))" "$OUT/cuda.xml" \
-    2>/dev/null || echo off)
+stage_done 2
 
 echo "gpu_check 3/4: perf suite ($(left) s left)"
 # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
-timeout -k 20 "${PERF_LIMIT:-150}" "$PY" -m tools.perf suite \
-    ${PERF_ARGS:---budget 120 --skip sync,torchrun,step,throughput,compile,epochs_compile,compile_modes,batched,graph_compile} \
-    --json "$OUT/perf.json" > "$OUT/perf.log" 2>&1
+timeout -k 10 "${PERF_LIMIT:-170}" "$PY" -m tools.perf suite \
+    ${PERF_ARGS:---budget 150 --skip sync,torchrun,step,throughput,batched,graph_compile,compile,epochs_compile,compile_modes} \
+    --json "$WORK/perf.json" > "$WORK/perf.log" 2>&1
 perf=$?
-tail -25 "$OUT/perf.log"
+grep -E "^(\[perf|device |torch |epoch|graph|peak|wall_s)" "$WORK/perf.log"  # the figures that decide the graph's default
+stage_done 3
 
+# the wave captures the graph only where stage 2's graph tests all passed and stage 3's graphed epochs ran
+graph=$("$PY" -c "import sys; from tools.recipe import graph_from; print(graph_from(*sys.argv[1:]))" \
+    "$WORK/cuda.xml" "$WORK/graph-cases.txt" "$WORK/perf.json" 2> /dev/null || echo "off: recipe.graph_from failed")
 budget=$(( $(left) - 40 ))  # what the wave's runs may use; the rest stops them and writes wave.json
 echo "gpu_check 4/4: one wave of the recipe, --graph $graph, budget $budget s"
 if (( budget < 60 )); then
     echo "gpu_check: no time left for a wave"; wave=1
 else
     # shellcheck disable=SC2086  # WAVE_ARGS is a list of flags
-    timeout -k 10 $(( budget + 30 )) "$PY" -m tools.fmnist recipe wave --out "$OUT/wave" --data-dir "$FMNIST" \
-        --graph "$graph" --budget "$budget" ${WAVE_ARGS:---device cuda --mps} 2>&1 | tee "$OUT/wave.log"
+    timeout -k 10 $(( budget + 30 )) "$PY" -m tools.fmnist recipe wave --out "$WORK/wave" --data-dir "$FMNIST" \
+        --graph "${graph%%:*}" --budget "$budget" ${WAVE_ARGS:---device cuda --mps} 2>&1 | tee "$WORK/wave.log"
     wave=${PIPESTATUS[0]}
 fi
-find "$OUT" -name '*.pt' -delete  # a wave killed outright leaves its checkpoints: too large to bring back
-echo "gpu_check: env $env_rc, pytest -m cuda $tests, perf $perf, wave $wave (graph $graph); $SECONDS s; files in $OUT"
+echo "gpu_check: env $env_rc, pytest -m cuda $tests, perf $perf, wave $wave (graph ${graph%%:*}); $SECONDS s"
 exit $(( env_rc != 0 || tests != 0 || perf != 0 || wave != 0 ))

@@ -22,8 +22,9 @@ suite -- everything a GPU can tell about the main command, PARTS in this order; 
   sync, torchrun    the checks only a GPU can run: the CUDA step never waits for the host
                     (set_sync_debug_mode("error")); train.py under a 1-process torchrun on NCCL
   step, throughput  cost's step_ratio and throughput at the main command's sizes (ResNet34 pair, bf16)
+  epochs_graph, epochs   three epochs of train.py on CIFAR-100-sized synthetic data, extrapolated to 100:
+                    graphed (--graph capture) first, what decides the default, then eager
   graph             the step eager (--graph off), with fused SGD, and replayed as one CUDA graph (--graph capture)
-  epochs            three epochs of train.py on CIFAR-100-sized synthetic data, extrapolated to 100; graphed too
   batched           tools.batched: R runs of the demonstration's MLP pair in one process
   graph_compile, compile, epochs_compile, compile_modes   the step and the epochs under torch.compile, in
                     child processes with empty inductor caches (first-run compile times, ended by a timeout)
@@ -214,9 +215,11 @@ def about(device, argv):
 
 
 def write_json(path, figures):
+    """figures at path (none: nothing), written beside it and renamed over it: a kill leaves the last whole file."""
     if path:
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             json.dump(figures, f, indent=1)
+        os.replace(path + ".tmp", path)
 
 
 def child(cmd, tmp, what, timeout=None):
@@ -636,15 +639,16 @@ KEYS = {
         "graph_capture_s": "the graphed step's eager warm-up steps and capture beyond its steady steps, s",
         "graph_memory_gib": "peak CUDA memory reserved by the graphed step, its graph's pool included, GiB",
         "eager_memory_gib": "peak CUDA memory reserved by the eager step, GiB"},
+    "epochs_graph": {
+        "epoch_s_graph": "train.py --graph capture's three epochs, s (epoch 1 warms up and captures)",
+        "epochs_100_min_graph": "100 epochs with --graph capture extrapolated, min (target <= 6)",
+        "peak_memory_gib_graph": "peak CUDA memory allocated during those epochs, GiB",
+        "peak_reserved_gib_graph": "peak CUDA memory reserved during those epochs (graph pools), GiB"},
     "epochs": {
         "epoch_s": "train.py --graph off's three epochs (train + test), s",
         "epochs_100_min": "100 epochs extrapolated: epoch 1 + 99 x mean(epochs 2-3), min (target < 10)",
         "epochs_other_s": "train.py's time outside its epochs: starting Python, data, models, checkpoints, s",
         "peak_memory_gib": "peak CUDA memory allocated during those epochs, GiB",
-        "epoch_s_graph": "train.py --graph capture's three epochs, s (epoch 1 warms up and captures)",
-        "epochs_100_min_graph": "100 epochs with --graph capture extrapolated, min (target <= 6)",
-        "peak_memory_gib_graph": "peak CUDA memory allocated during those epochs, GiB",
-        "peak_reserved_gib_graph": "peak CUDA memory reserved during those epochs (graph pools), GiB",
         "graph_run_speedup": "100 epochs eager / 100 epochs graphed"},
     "batched": {
         "batched_runs": "tools.batched: R, the runs of the demonstration's MLP pair trained in one process",
@@ -792,18 +796,24 @@ def part_graph(res, sizes, device, budget):
     res.null([k for k in KEYS["graph"] if k not in res], "CUDA only: CUDA graphs and torch.cuda memory statistics")
 
 
-def part_epochs(res, sizes, device, budget):
-    epochs, wall, peak, _ = train_epochs(sizes, device, ["--graph", "off"])
-    res.update(epoch_s=epochs, epochs_100_min=extrapolate_min(epochs), epochs_other_s=wall - sum(epochs))
-    graph_keys = [k for k in KEYS["epochs"] if "graph" in k]
-    if device.type != "cuda":
-        return res.null(["peak_memory_gib"] + graph_keys, "CUDA only (CUDA graphs, torch.cuda memory statistics)")
-    res["peak_memory_gib"] = peak
-    if budget() < 60:
-        return res.null(graph_keys, "the suite's --budget was spent before the graphed run")
-    graphed, _, peak, reserved = train_epochs(sizes, device, ["--graph", "capture"])
+def part_epochs_graph(res, sizes, device, budget):
+    """train.py's three epochs with --graph capture, before the eager ones: the figure that decides
+    graph.CAPTURE_BY_DEFAULT comes first, so a suite cut short still has it."""
+    graphed, _, peak, reserved = train_epochs(sizes, device, ["--graph", "capture"], timeout=budget() - 5)
     res.update(epoch_s_graph=graphed, epochs_100_min_graph=extrapolate_min(graphed), peak_memory_gib_graph=peak,
-               peak_reserved_gib_graph=reserved, graph_run_speedup=res["epochs_100_min"] / extrapolate_min(graphed))
+               peak_reserved_gib_graph=reserved)
+
+
+def part_epochs(res, sizes, device, budget):
+    epochs, wall, peak, _ = train_epochs(sizes, device, ["--graph", "off"], timeout=budget() - 5)
+    res.update(epoch_s=epochs, epochs_100_min=extrapolate_min(epochs), epochs_other_s=wall - sum(epochs))
+    if device.type != "cuda":
+        return res.null(["peak_memory_gib", "graph_run_speedup"], "CUDA only (CUDA graphs, torch.cuda memory "
+                        "statistics)")
+    res["peak_memory_gib"] = peak
+    if res.get("epochs_100_min_graph") is None:
+        return res.null(["graph_run_speedup"], "no graphed epochs to compare with (epochs_graph)")
+    res["graph_run_speedup"] = res["epochs_100_min"] / res["epochs_100_min_graph"]
 
 
 def part_batched(res, sizes, device, budget):
@@ -865,19 +875,23 @@ def part_compile_modes(res, sizes, device, budget):
         compiled(res, f"compile_{mode.replace('-', '_')}", mode, "eager_step_ms", sizes, device, budget)
 
 
-# In the order they run: what decides the --compile default comes before the other compile modes.
+# In the order they run: what decides a default comes first (the graphed epochs before the eager ones and the
+# step timings; the --compile default before the other compile modes).
 PARTS = {"sync": part_sync, "torchrun": part_torchrun, "step": part_step, "throughput": part_throughput,
-         "graph": part_graph, "epochs": part_epochs, "batched": part_batched, "graph_compile": part_graph_compile,
-         "compile": part_compile, "epochs_compile": part_epochs_compile, "compile_modes": part_compile_modes}
+         "epochs_graph": part_epochs_graph, "epochs": part_epochs, "graph": part_graph, "batched": part_batched,
+         "graph_compile": part_graph_compile, "compile": part_compile, "epochs_compile": part_epochs_compile,
+         "compile_modes": part_compile_modes}
 CUDA_ONLY = {"sync": "CUDA only: set_sync_debug_mode watches CUDA synchronisations",
              "torchrun": "CUDA only: NCCL needs GPUs (test_train.py runs torchrun with gloo on CPU)",
+             "epochs_graph": "CUDA only (--graph capture records a CUDA graph)",
              "compile_modes": "CUDA only: CUDA graphs (reduce-overhead) and GPU kernel autotuning",
              "graph_compile": "CUDA only: reduce-overhead's CUDA graphs (tests/test_graph.py compiles the step on the "
                               "CPU)"}
 
 
-def run_suite(device, sizes, budget_s, skip=(), argv=()):
-    """Run every part within budget_s seconds; returns Results with every key of ALL_KEYS."""
+def run_suite(device, sizes, budget_s, skip=(), argv=(), after_part=None):
+    """Run every part within budget_s seconds; returns Results with every key of ALL_KEYS. after_part(res): called
+    after each part with the figures so far (the suite's --json is rewritten then, so a kill keeps them)."""
     t_start = time.perf_counter()
     res = Results()
     res.update(about(device, argv), small=sizes == SMALL,
@@ -901,7 +915,9 @@ def run_suite(device, sizes, budget_s, skip=(), argv=()):
             except Exception as e:  # one part's failure must not cost the figures of the others
                 res.null([k for k in KEYS[name] if k not in res], f"{type(e).__name__}: {str(e)[:300]}")
             print(f"[perf suite] {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
-    res["wall_s"] = time.perf_counter() - t_start
+        res["wall_s"] = time.perf_counter() - t_start
+        if after_part is not None:
+            after_part(dict(res, reasons=res.reasons, **{k: None for k in ALL_KEYS if k not in res}))
     for k in ALL_KEYS:  # a part that returned early may have left keys unset
         if k not in res:
             res.null([k], "not measured")
@@ -929,7 +945,8 @@ def suite(args, device, argv):
     if args.child_compile:
         graph_mode, compile_mode = ("compile", None) if args.child_compile == "graph" else ("off", args.child_compile)
         return list(step_timing(sizes.setup(sizes.run_arch, device), device, graph_mode, compile_mode)[:2])
-    res = run_suite(device, sizes, args.budget, skip=args.skip, argv=argv)
+    res = run_suite(device, sizes, args.budget, skip=args.skip, argv=argv,
+                    after_part=lambda figures: write_json(args.json, figures))
     print(table(res))
     return res
 

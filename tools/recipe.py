@@ -4,14 +4,15 @@
 REGIMES -- the declaration, made before any of its runs: the rows, the data, the appendix's SGD
 wave    -- one wave: every row at the next unrun seed(s), as train.py processes at once (under CUDA MPS on a GPU),
            stopped at a time budget; each run's metrics are written epoch by epoch, so a wave cut short keeps
-           every finished epoch
-pack    -- a wave's folder into the raw data, docs/fmnist/recipe/runs.jsonl.gz (refuses a wave packed before)
+           every finished epoch; a run whose --graph capture dies before its first epoch starts again eager
+pack    -- a wave's folder, or tools/gpu_check.sh's archive of it, into the raw data, docs/fmnist/recipe/runs.jsonl.gz
+           (refuses a wave packed before)
 report  -- docs/fmnist/recipe/report.md from the raw data: the preconditions first, then every row with its n,
            the paired differences, and the paper's Table 1 MyLC column beside ours
 
     python -m tools.fmnist recipe wave --dry-run                       # the next wave's train.py commands
     python -m tools.fmnist recipe wave --out gpu-check/wave --device cuda --budget 270 --mps
-    python -m tools.fmnist recipe pack gpu-check                       # into docs/fmnist/recipe/runs.jsonl.gz
+    python -m tools.fmnist recipe pack gpu-check/gpu-check.tar.gz      # into docs/fmnist/recipe/runs.jsonl.gz
     python -m tools.fmnist recipe report                               # docs/fmnist/recipe/report.md
 
 Why a wave: a lent GPU comes for about 15 minutes, start-up included, at most 10 minutes a command, and comes
@@ -28,12 +29,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
 from typing import NamedTuple
 from xml.etree import ElementTree
 
+from tools import outbox
 from tools.paper_tables import PAPER
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics, early_stopped, print_commands
@@ -83,7 +86,8 @@ RATE, NOISES, SEEDS_FIRST = 0.4, ("sym", "pair"), 3  # pair-flip noise once symm
 # (60% noise, or more epochs), declared here before it runs.
 HARM, MEMORISED = 3.0, 0.3
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
-KEEP = ("config.json", "metrics.jsonl", "summary.json", "diverged.json", "train.log")  # what a run brings back; no checkpoints
+# what a run brings back (no weights); capture-failed.log: the log of a first try that died under --graph capture
+KEEP = ("config.json", "metrics.jsonl", "summary.json", "diverged.json", "train.log", "capture-failed.log")
 
 
 # ---------------------------------------------------------------- the raw data
@@ -118,15 +122,15 @@ def command(size, noise, row, seed, data_dir, out, device, graph):
     """train.py's argv of one run: each flag once."""
     return ["--dataset", "fashionmnist", "--data-dir", data_dir, *REGIMES[size].flags, "--noise", noise, "--rate",
             f"{RATE:g}", *ROWS[row][1], "--seed", str(seed), "--out", out, "--device", device, "--graph", graph,
-            "--workers", "0"]
+            "--workers", "0", "--checkpoint", "none"]  # no checkpoint comes back; metrics.jsonl keeps each epoch
 
 
 # ---------------------------------------------------------------- a wave
 @contextlib.contextmanager
-def mps(want, env):
+def mps(want, env, probe_s=180):
     """CUDA MPS for the wave's processes, started and stopped here; yields what happened, in words. Without it
-    (not asked, no control binary, it would not start, or a CUDA client could not connect) the processes
-    time-slice the GPU."""
+    (not asked, no control binary, it would not start, or a CUDA client could not connect within probe_s) the
+    processes time-slice the GPU. Whatever happens, a daemon started here is told to quit."""
     ctl = shutil.which("nvidia-cuda-mps-control")
     if not want or ctl is None:
         yield "off: " + ("not asked, or not on a GPU" if not want else "nvidia-cuda-mps-control not found; the runs "
@@ -134,20 +138,31 @@ def mps(want, env):
         return
     d = tempfile.mkdtemp(prefix="cmd-mps-")
     mine = dict(env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(d, "pipe"), CUDA_MPS_LOG_DIRECTORY=os.path.join(d, "log"))
-    started = subprocess.run([ctl, "-d"], env=mine, capture_output=True, text=True, timeout=60)
-    probe = started.returncode == 0 and subprocess.run(
-        [sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"],
-        env=mine, capture_output=True, timeout=180).returncode == 0
+    for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        os.makedirs(mine[k], exist_ok=True)
+    started = None
     try:
-        if probe:
-            env.update(mine)
-        yield "on" if probe else ("off: the daemon did not start (" + (started.stderr or "").strip()[:200] + ")"
-                                  if started.returncode else "off: a CUDA client could not connect") + "; time-slicing"
+        try:
+            started = subprocess.run([ctl, "-d"], env=mine, capture_output=True, text=True, timeout=60)
+            if started.returncode:
+                said = "off: the daemon did not start (" + (started.stderr or "").strip()[:200] + ")"
+            elif subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); "
+                                 "torch.cuda.synchronize()"], env=mine, capture_output=True,
+                                timeout=probe_s).returncode:
+                said = "off: a CUDA client could not connect"
+            else:
+                env.update(mine)
+                said = "on"
+        except subprocess.TimeoutExpired as e:
+            said = f"off: {'the probe' if started else 'the daemon'} took more than {e.timeout:g} s"
+        yield said if said == "on" else said + "; time-slicing"
     finally:
-        if started.returncode == 0:
-            subprocess.run([ctl], input="quit\n", env=mine, capture_output=True, text=True, timeout=60)
+        if started is None or started.returncode == 0:  # a daemon started, or may have: tell it to quit
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                subprocess.run([ctl], input="quit\n", env=mine, capture_output=True, text=True, timeout=60)
         for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
             env.pop(k, None)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def gpu_sample():
@@ -162,16 +177,53 @@ def gpu_sample():
         return None
 
 
-def graph_from(junit_xml):
-    """train.py's --graph for the wave from pytest -m cuda's JUnit XML: capture where tests/test_graph.py's CUDA
-    tests ran and none failed, else off (eager)."""
+def graph_from(junit_xml, collected, perf_json):
+    """train.py's --graph for the wave, in words: "capture" where every CUDA case of tests/test_graph.py that
+    pytest collected ran and passed (collected: the output of `pytest -m cuda --collect-only -q
+    tests/test_graph.py`; junit_xml: the run's --junitxml, which a run stopped early writes without the cases
+    it never reached) and stage 3 trained train.py's epochs with --graph capture (perf.json's epoch_s_graph);
+    else "off: " and why, and the wave runs the eager step."""
     try:
-        cases = [c for c in ElementTree.parse(junit_xml).getroot().iter("testcase")
-                 if c.get("classname", "").endswith("test_graph")]
+        with open(collected) as f:
+            ids = [line.strip().split("::", 1) for line in f if "::" in line]  # tests/test_graph.py::test_x[...]
+        want = {f"{path.removesuffix('.py').replace('/', '.')}::{name}" for path, name in ids}
+    except OSError:
+        want = set()
+    if not want:
+        return "off: no CUDA test of the graph was collected"
+    try:
+        cases = {f"{c.get('classname')}::{c.get('name')}": c for c in ElementTree.parse(junit_xml).getroot().iter(
+            "testcase")}
     except (OSError, ElementTree.ParseError):  # pytest stopped before it wrote the file
-        return "off"
-    ran = [c for c in cases if c.find("skipped") is None]
-    return "capture" if ran and all(c.find("failure") is None and c.find("error") is None for c in ran) else "off"
+        return "off: pytest -m cuda wrote no readable JUnit XML"
+    missing = sorted(want - set(cases))
+    if missing:
+        return f"off: {len(missing)} of the {len(want)} graph tests never ran ({missing[0].split('::')[-1]}, ...)"
+    bad = sorted(k for k in want if any(cases[k].find(t) is not None for t in ("skipped", "failure", "error")))
+    if bad:
+        return f"off: {len(bad)} of the {len(want)} graph tests skipped or failed ({bad[0].split('::')[-1]}, ...)"
+    try:
+        with open(perf_json) as f:
+            graphed = json.load(f).get("epoch_s_graph")
+    except (OSError, ValueError):
+        graphed = None
+    if not graphed:
+        return "off: train.py's epochs under --graph capture did not run in the perf stage"
+    return "capture"
+
+
+def retry_eager(d, argv):
+    """A run that died before its first epoch under --graph capture, made ready to start again with --graph off
+    (argv changed in place): its log kept as capture-failed.log, its other files removed, so that train.py
+    takes the folder as new. Returns why, in words, for wave.json."""
+    lines = runfiles.lines_of(d, "train.log")
+    why = lines[-1].strip()[:300] if lines else "no output"
+    os.replace(os.path.join(d, "train.log"), os.path.join(d, "capture-failed.log"))
+    for f in os.listdir(d):
+        if f != "capture-failed.log":
+            os.remove(os.path.join(d, f))
+    argv[argv.index("--graph") + 1] = "off"
+    return f"died before its first epoch under --graph capture ({why}); started again with --graph off"
 
 
 def run_state(d):
@@ -220,9 +272,12 @@ def wave(args, lines):
     if device.type == "cpu":  # an equal share of the cores each
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // min(jobs, len(argv))))
 
+    retried = {}  # name -> why its first try, under --graph capture, died before its first epoch
+
     def save():
         info["runs"] = {name: dict(row=runs[name][0], seed=runs[name][1], argv=argv[name], **dict(zip(
-            ("state", "epochs"), run_state(os.path.join(args.out, name))))) for name in argv}
+            ("state", "epochs"), run_state(os.path.join(args.out, name)))), **(
+            {"restarted": retried[name]} if name in retried else {})) for name in argv}
         info["seconds"] = round(time.time() - t0, 1)
         with open(os.path.join(args.out, "wave.json.tmp"), "w") as f:
             json.dump(info, f, indent=1)
@@ -247,11 +302,17 @@ def wave(args, lines):
                 for name, (p, log) in list(procs.items()):
                     if p.poll() is not None:
                         log.close()
-                        mark_diverged(os.path.join(args.out, name))
+                        d = os.path.join(args.out, name)
+                        mark_diverged(d)
                         del procs[name]
+                        if p.returncode != 0 and name not in retried and run_state(d) == ("cut short", 0) and \
+                                argv[name][argv[name].index("--graph") + 1] == "capture":
+                            retried[name] = retry_eager(d, argv[name])
+                            todo.insert(0, name)
+                            print(f"  {name}: {retried[name]}", flush=True)
+                        else:
+                            print(f"  {name}: {run_state(d)[0]} after {time.time() - t0:.0f} s", flush=True)
                         save()
-                        print(f"  {name}: {run_state(os.path.join(args.out, name))[0]} after "
-                              f"{time.time() - t0:.0f} s", flush=True)
                 if args.budget and time.time() - t0 > args.budget and procs:
                     cut = "the budget ran out"
                     break
@@ -286,21 +347,47 @@ def wave(args, lines):
 
 
 # ---------------------------------------------------------------- pack
-def pack(folder, path):
-    """A wave's runs (folder, or folder/wave: a gpu_check $OUT) into the raw data at path; each run marked with
-    its state, so that one cut short is kept and never enters a table. Returns (runs added, how many it holds)."""
-    given = folder
+def pack(given, path):
+    """A wave's runs into the raw data at path; each run marked with its state, so that one cut short is kept and
+    never enters a table. given: the wave's folder (recipe wave's --out), a folder holding it as wave/, or
+    tools/gpu_check.sh's archive (gpu-check.tar.gz, or the $OUT holding it). Returns (runs added, how many the
+    raw data holds)."""
+    archive = given if os.path.isfile(given) else os.path.join(given, outbox.ARCHIVE)
+    if os.path.isfile(archive) and not any(os.path.exists(os.path.join(given, *w, "wave.json")) for w in ((), ("wave",))):
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                outbox.unpack(archive, tmp)
+            except (tarfile.TarError, OSError, EOFError) as e:
+                raise UserError(f"{archive}: not an archive that can be read ({type(e).__name__}); give the "
+                                f"gpu-check.tar.gz that came back whole, or a wave's folder") from None
+            return pack_folder(tmp, path, archive)
+    return pack_folder(given, path, given)
+
+
+def whole_lines(d, name):
+    """The JSON lines of a run file, up to the first that is not whole (an archive taken while it was written)."""
+    rows = []
+    for line in runfiles.lines_of(d, name):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break
+    return rows
+
+
+def pack_folder(folder, path, given):
+    """pack's work, on a folder (given: what the user named, for the messages)."""
     folder = next((d for d in (folder, os.path.join(folder, "wave")) if os.path.exists(os.path.join(d, "wave.json"))),
                   None)
     if folder is None:
         raise UserError(f"no wave.json in {given} nor in {os.path.join(given, 'wave')}: give a wave's folder (the "
-                        "$OUT of tools/gpu_check.sh as it came back, or the --out of recipe wave)")
+                        f"--out of recipe wave), or the {outbox.ARCHIVE} of tools/gpu_check.sh (or the $OUT that holds it)")
     try:
         with open(os.path.join(folder, "wave.json")) as f:
             info = json.load(f)
         info["wave"], info["runs"]
     except (ValueError, KeyError) as e:
-        raise UserError(f"{os.path.join(folder, 'wave.json')} is cut short or not a wave's ({type(e).__name__}); "
+        raise UserError(f"{os.path.join(given, 'wave.json')} is cut short or not a wave's ({type(e).__name__}); "
                         "nothing packed") from None
     if info["size"] != "gpu" and os.path.abspath(path) == os.path.abspath(RAW):
         raise UserError(f"wave {info['wave']} is of the {info['size']} size: the study's raw data {RAW} takes the "
@@ -312,17 +399,15 @@ def pack(folder, path):
     for name, run in sorted(info["runs"].items()):
         d = os.path.join(folder, name)
         state, _ = run_state(d)
-        rows, prov = [], info["provenance"]
-        if os.path.exists(os.path.join(d, "metrics.jsonl")):
-            with open(os.path.join(d, "metrics.jsonl")) as f:
-                rows = [json.loads(line) for line in f if line.strip()]
+        rows, prov = whole_lines(d, "metrics.jsonl"), info["provenance"]
         if os.path.exists(os.path.join(d, "config.json")):
             with open(os.path.join(d, "config.json")) as f:
                 prov = json.load(f).get("provenance", prov)
         flags = [a for i, a in enumerate(run["argv"]) if "--out" not in run["argv"][max(0, i - 1):i + 1]]
         new.append(dict(wave=info["wave"], size=info["size"], noise=info["noise"], rate=info["rate"], row=run["row"],
-                        seed=run["seed"], state=state, flags=flags, mps=info.get("mps"), graph=info["graph"],
-                        provenance=prov, rows=rows))
+                        seed=run["seed"], state=state, flags=flags, mps=info.get("mps"),
+                        graph=run["argv"][run["argv"].index("--graph") + 1] if "--graph" in run["argv"] else info["graph"],
+                        restarted=run.get("restarted"), provenance=prov, rows=rows))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with gzip.open(path + ".tmp", "wt") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in lines + new)
@@ -334,7 +419,7 @@ def pack(folder, path):
 def declared(line):
     """Whether a packed run ran the declaration's flags (whatever its data folder, device and graph)."""
     want = command(line["size"], line["noise"], line["row"], line["seed"], "D", "O", "X", "G")
-    free = {"--data-dir", "--out", "--device", "--graph"}
+    free = {"--data-dir", "--out", "--device", "--graph", "--checkpoint"}  # where and how it ran, not what
     strip = lambda a: [v for i, v in enumerate(a) if a[i] not in free and (i == 0 or a[i - 1] not in free)]  # noqa: E731
     return strip(line["flags"]) == strip(want)
 

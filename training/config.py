@@ -205,6 +205,10 @@ def parser():
     g.add_argument("--out", help="run directory (default runs/<dataset>-<noise><rate>-<mode>[-eta<η>][-b<b>]-<lc>-<arch>"
                                  "-s<seed>)")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    g.add_argument("--checkpoint", choices=("epoch", "none"), default="epoch",
+                   help="epoch: checkpoint.pt after every epoch, for --resume; none: no checkpoint, so a stopped run "
+                        "cannot resume (metrics.jsonl still keeps every finished epoch; the recipe's waves, whose "
+                        "checkpoints never come back from the GPU machine)")
     g.add_argument("--log-every", type=int, default=0,
                    help="progress line every N steps (0: on a terminal, one line updated in place about twice a "
                         "second; in a log, a line about every 30 s)")

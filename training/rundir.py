@@ -7,6 +7,7 @@ check_out       -- refuse to mix two runs; on resume, load the checkpoint and ch
 provenance      -- what ran: device, versions, git commit, start time (config.json; not compared on resume)
 load_noisy_labels -- on resume, the labels the run trained on, checked against the training set
 save_checkpoint -- models, optimisers, lr schedulers, MyLC's r, the RNG state, the time so far; atomic, every epoch
+                   (none with --checkpoint none)
 Stopwatch       -- the run's training time across processes, and the last epoch on disk
 resume_command  -- the command line that resumes a run
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
@@ -50,7 +51,7 @@ from training.runfiles import (append_entropy_hist, append_metrics, last_metrics
 # computes. ARITHMETIC lets a run move to another machine, but changes the floating-point arithmetic, so the
 # resumed epochs are not bit-identical to an uninterrupted run: train.py says so and config.json records it.
 RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "data_mirror", "check_images", "tensorboard",
-               "provenance")
+               "provenance", "checkpoint")
 ARITHMETIC = ("device", "compile", "amp", "channels_last", "graph")
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
@@ -151,14 +152,17 @@ def _cpu_name():
 
 
 def _git():
-    """{git_commit, git_dirty} of the checkout this code is in (tracked files only), or {} outside one."""
+    """{git_commit, git_dirty} of the checkout this code is in (tracked files only). Outside one (a copy of the
+    tree without .git, as a GPU machine gets it), the commit its caller names in CMD_COMMIT, dirtiness unknown
+    (None); else {}."""
     def git(*a):
         return subprocess.run(["git", "-C", HERE, *a], capture_output=True, text=True, timeout=10, check=True).stdout
     try:
         commit = git("rev-parse", "HEAD").strip()
         dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
     except (OSError, subprocess.SubprocessError):
-        return {}
+        given = os.environ.get("CMD_COMMIT", "").strip()
+        return dict(git_commit=given, git_dirty=None) if given else {}
     return dict(git_commit=commit, git_dirty=dirty)
 
 
@@ -358,7 +362,8 @@ class Run:
                 append_metrics(self.out, row)
                 append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, (chi_start, row["chi"]),
                                     self.config["noise"] != "none")
-                save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)
+                if self.resumable:  # --checkpoint none: the metrics alone
+                    save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)
             self.stopwatch.saved = row["epoch"]
 
     def finish(self, row, models, meta):
@@ -380,6 +385,13 @@ class Run:
             where = (f"in epoch {progress.epoch + 1}/{epochs} " +
                      (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}"
                       if progress.t_train_end is None else "while testing"))
+        if not self.resumable:
+            return where, f"{self.out}/metrics.jsonl holds {saved} epochs, and no checkpoint (--checkpoint none)"
         kept = (f"{self.out}/checkpoint.pt holds epoch {saved}" if saved else
                 "no epoch had finished, so it starts again from epoch 1")
         return where, kept
+
+    @property
+    def resumable(self):
+        """Whether the run keeps a checkpoint to resume from (not with --checkpoint none)."""
+        return self.config.get("checkpoint", "epoch") == "epoch"
