@@ -14,6 +14,10 @@ mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
 tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
 gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q)/q, a loss
 
+LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a Correction (its target or its own loss, the
+                     name plots show); mutual.targets and mutual.self_loss read it, and so does everything that
+                     lists the corrections (the flags, their checks, the plots, the tests)
+
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
 the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
 
@@ -23,6 +27,7 @@ the given label q (docs/paper-notes.md, "CP"). Selection still applies: the peer
 only where this model is confident.
 """
 import math
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -154,3 +159,36 @@ def gce_loss(logits, labels, gce_q=0.7, logp=None):
         logp = F.log_softmax(logits.float(), dim=-1)
     logp_y = logp.gather(1, labels[:, None])[:, 0]  # (N,) log p_y
     return (-torch.expm1(gce_q * logp_y) / gce_q).mean()
+
+
+# ---------------------------------------------------------------- the registry
+
+class Correction(NamedTuple):
+    """One self label correction, as train.py's --lc names it. Its knobs are fields of mutual.Method (their
+    defaults and flags), which the functions below read from `m`.
+
+    title  -- its name in plots and tables
+    target -- (q, p, h, r, progress, m) -> q~ (N, K), no gradient: q, p (N, K) the given labels and the model's
+              own prediction, h (N,) H(p), r MyLC's confidence (Eq. 8), progress t/Γ, m the run's mutual.Method.
+              None: the given label q (CE, and the corrections that are losses, whose models distil q)
+    loss   -- (logits, logp, q, y, m) -> a scalar, the model's L_selfKD when it is a loss of its own; None:
+              H(q~, p). logp: the logits' float32 log_softmax; y: (N,) the given labels as integers
+    """
+    title: str
+    target: Callable | None = None
+    loss: Callable | None = None
+
+
+LABEL_CORRECTIONS = {
+    "ce": Correction("CE"),
+    "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps)),
+    "cp": Correction("CP", loss=lambda logits, logp, q, y, m: confidence_penalty_loss(logits, q, m.cp_beta, logp=logp)),
+    "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps)),
+    "proselflc": Correction("ProSelfLC", target=lambda q, p, h, r, progress, m: proselflc(
+        q, p, progress, m.proselflc_b, m.proselflc_transit, h=h)),
+    "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h)),
+    "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m: tfkd_reg_loss(
+        logits, y, m.comparators.tfkd_a, m.comparators.tfkd_t, m.comparators.tfkd_alpha,
+        m.comparators.tfkd_multiplier, logp=logp)),
+    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m: gce_loss(logits, y, m.comparators.gce_q, logp=logp)),
+}

@@ -64,7 +64,8 @@ def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, draws=None):
 
     L_B2A = H(q_B, p_A) where H(p_B) < chi, else 0;  L_A2B = H(q_A, p_B) where H(p_A) < chi, else 0.
     logp_*: (N, K) log-probabilities; q_*: (N, K) corrected targets; h_*: (N,) entropies;
-    chi: float (or 0-dim tensor). Selection is strict (<), as in the appendix code.
+    chi: float (or 0-dim tensor), or a pair (chi_A, chi_B), each model's own: B teaches A where H(p_B) < chi_B.
+    Selection is strict (<), as in the appendix code.
     Each sum is divided by N, the batch size, not by the number selected (as the
     appendix code does; Eqs. 3-4 alone do not say). Gradient flows only into logp_a through L_B2A and only
     into logp_b through L_A2B: q_* and h_* are treated as constants.
@@ -75,8 +76,9 @@ def cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi, draws=None):
     draws[0] (B to A) and draws[1] (A to B), with the same targets.
     No host sync: the masks are multiplied in, never used to index.
     """
-    m_b2a = (h_b.detach() < chi).to(logp_a.dtype)  # (N,): B is confident -> teaches A
-    m_a2b = (h_a.detach() < chi).to(logp_b.dtype)  # (N,): A is confident -> teaches B
+    chi_a, chi_b = chi if isinstance(chi, tuple) else (chi, chi)
+    m_b2a = (h_b.detach() < chi_b).to(logp_a.dtype)  # (N,): B is confident -> teaches A
+    m_a2b = (h_a.detach() < chi_a).to(logp_b.dtype)  # (N,): A is confident -> teaches B
     if draws is not None:  # the control: the same counts, at random positions
         m_b2a, m_a2b = shuffled_like(m_b2a, draws[0]), shuffled_like(m_a2b, draws[1])
     loss_b2a = (m_b2a * soft_cross_entropy(q_b, logp_a)).mean()

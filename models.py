@@ -5,7 +5,8 @@ The paper trains two peers of the same architecture and names, per dataset:
   Food-101  (224x224) ResNet50 initialised from ImageNet
   mini-WebVision (299x299) Inception-ResNet-v2 (Szegedy et al. 2017)
 
-ARCHS                -- the names build_model accepts
+ARCHS                -- the registry: train.py's --arch names, each an Arch (how it is built, which of
+                        appendix C's optimisation presets trains it, whether ImageNet weights load)
 build_model          -- name -> nn.Module that returns logits (N, num_classes)
 count_params         -- number of parameters (buffers such as BN statistics excluded)
 InceptionResNetV2    -- written here because torchvision has none
@@ -16,14 +17,12 @@ The CIFAR nets are torchvision's with the stem adapted to 32x32 inputs, not
 rewrites. No custom ops, so every model works with channels_last and autocast.
 """
 import os
+from typing import Callable, NamedTuple
 from urllib.parse import urlparse
 
 import torch
 import torch.nn as nn
 import torchvision
-
-ARCHS = ("cnn", "mlp", "resnet18", "resnet34", "resnet50", "shufflenetv2",
-         "resnet50_imagenet", "inception_resnet_v2")
 
 
 def count_params(model):
@@ -220,23 +219,39 @@ class InceptionResNetV2(nn.Module):
         return self.head(self.blocks(self.stem(x)))
 
 
-# ---------------------------------------------------------------- entry point
+# ---------------------------------------------------------------- the registry, and the entry point
+
+class Arch(NamedTuple):
+    """One architecture, as train.py's --arch names it.
+
+    build      -- (num_classes, pretrained) -> nn.Module of logits (N, num_classes)
+    schedule   -- which of appendix C's optimisation presets trains it (training/presets.py's Preset.schedule);
+                  every architecture names one, so none falls to another's settings unseen
+    pretrained -- ImageNet weights can be loaded into it (--pretrained)
+    """
+    build: Callable
+    schedule: str
+    pretrained: bool = False
+
+
+ARCHS = {
+    "cnn": Arch(lambda k, pretrained: cnn(k), "cpu"),
+    "mlp": Arch(lambda k, pretrained: mlp(k), "cpu"),
+    "resnet18": Arch(lambda k, pretrained: cifar_resnet(18, k), "resnet18"),
+    "resnet34": Arch(lambda k, pretrained: cifar_resnet(34, k), "resnet34"),
+    "resnet50": Arch(lambda k, pretrained: cifar_resnet(50, k), "resnet50"),
+    "shufflenetv2": Arch(lambda k, pretrained: cifar_shufflenetv2(k), "resnet18"),
+    "resnet50_imagenet": Arch(imagenet_resnet50, "resnet34", pretrained=True),  # Food-101's own preset trains it
+    "inception_resnet_v2": Arch(lambda k, pretrained: InceptionResNetV2(k), "resnet34"),  # and WebVision's
+}
+
 
 def build_model(name, num_classes, pretrained=False):
-    """Architecture by name -> nn.Module mapping images to logits (N, num_classes)."""
+    """Architecture by name (ARCHS) -> nn.Module mapping images to logits (N, num_classes)."""
     if name not in ARCHS:
         raise ValueError(f"unknown architecture {name!r}; choose from {', '.join(ARCHS)}")
-    if pretrained and name != "resnet50_imagenet":
-        raise ValueError(f"only resnet50_imagenet has pretrained weights, not {name!r}; "
+    if pretrained and not ARCHS[name].pretrained:
+        with_weights = [a for a, arch in ARCHS.items() if arch.pretrained]
+        raise ValueError(f"only {', '.join(with_weights)} has pretrained weights, not {name!r}; "
                          "pass pretrained=False")
-    if name == "cnn":
-        return cnn(num_classes)
-    if name == "mlp":
-        return mlp(num_classes)
-    if name == "resnet50_imagenet":
-        return imagenet_resnet50(num_classes, pretrained)
-    if name == "shufflenetv2":
-        return cifar_shufflenetv2(num_classes)
-    if name == "inception_resnet_v2":
-        return InceptionResNetV2(num_classes)
-    return cifar_resnet(int(name[len("resnet"):]), num_classes)  # resnet18/34/50
+    return ARCHS[name].build(num_classes, pretrained)

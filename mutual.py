@@ -21,7 +21,9 @@ step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's di
 shuffle_draws    -- the random draws of the shuffled-selection control
 Method           -- the paper's hyperparameters (and the controls'): the one source of their defaults and flags
 Comparators      -- the settings of the methods CMD is compared with, held by Method.comparators
-MODES, THRESHOLDS, LCS -- the training modes, Eq. 7's (eta, b) per CMD mode, the label corrections
+MODES            -- the registry of training modes: each a Mode (its objective, Eq. 7's (eta, b) for the
+                    knowledge modes, the name plots show); THRESHOLDS, CMD_MODES, SMALL_LOSS, ALIASES read it
+LCS              -- the label corrections' names (label_correction.LABEL_CORRECTIONS is their registry)
 OBJECTIVES, objective_for -- every objective, and the one a run trains by (the comparators' is baselines.objective)
 
 Every objective is a pure function of tensors with one signature, objective(z, y, method, chi, r, clock,
@@ -32,67 +34,53 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 import baselines
 import schedule
-from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
-                              tfkd_reg_loss)
+from label_correction import LABEL_CORRECTIONS, one_hot
 from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
 
 
 def cmd_objective(z, y, method, chi, r, clock, draws=None):
     """§3 for models A and B on one batch: Eqs. 3-6.
 
-    z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, a float
-    or a 0-dim tensor; r: MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's
-    t/Γ). draws is unused (one signature for every objective). Returns Objective([L_A, L_B], taught, [q~_A,
+    z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, each
+    model's (Method.chis_at: a pair of floats, or a (2,) tensor), or one float or 0-dim tensor for both; r:
+    MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws is unused
+    (one signature for every objective). Returns Objective([L_A, L_B], taught, [q~_A,
     q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3) and taught[0, 1] mirrored.
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
     q = one_hot(y, z[0].shape[-1])                                       # (N, K) the given labels
     q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], clock.progress)  # q~_A, no gradient
     q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock.progress)  # q~_B
-    loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, chi)  # Eqs. 3-4
+    chi = per_model(chi, 2)
+    loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, (chi[0], chi[1]))
     loss_a = self_loss(method, z[0], logp_a, q, q_a, y) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
     loss_b = self_loss(method, z[1], logp_b, q, q_b, y) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
     return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
 
 
 def targets(method, q, p, h, r, progress):
-    """q~ of one model (appendix, "Label Correction"). q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8).
-
-    progress = t/Γ for ProSelfLC. CP and Tf-KD_reg are losses, not targets: their
-    models distil the given label q.
+    """q~ of one model (appendix, "Label Correction"): its label correction's (label_correction.LABEL_CORRECTIONS).
+    q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8); progress = t/Γ for ProSelfLC. CP, Tf-KD_reg and GCE are
+    losses, not targets: their models distil the given label q.
     """
-    if method.lc == "ls":
-        return label_smoothing(q, method.ls_eps)
-    if method.lc == "bootsoft":
-        return boot_soft(q, p, method.bootsoft_eps)
-    if method.lc == "proselflc":
-        return proselflc(q, p, progress, method.proselflc_b, method.proselflc_transit, h=h)
-    if method.lc == "mylc":
-        return mylc(q, p, r, method.mylc_b1, method.mylc_rho, h=h)
-    return q  # ce, cp, tfkd, gce
+    target = LABEL_CORRECTIONS[method.lc].target
+    return q if target is None else target(q, p, h, r, progress, method)
 
 
 def self_loss(method, logits, logp, q, q_tilde, y):
-    """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch.
-
-    CP, Tf-KD_reg and GCE are losses of their own rather than targets (label_correction.py).
+    """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
+    own loss (CP, Tf-KD_reg and GCE: label_correction.py).
     logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
     q_tilde: (N, K) the model's own target; y: (N,) given labels as integers.
     """
-    c = method.comparators
-    if method.lc == "cp":
-        return confidence_penalty_loss(logits, q, method.cp_beta, logp=logp)
-    if method.lc == "tfkd":
-        return tfkd_reg_loss(logits, y, c.tfkd_a, c.tfkd_t, c.tfkd_alpha, c.tfkd_multiplier, logp=logp)
-    if method.lc == "gce":
-        return gce_loss(logits, y, c.gce_q, logp=logp)
-    return soft_cross_entropy(q_tilde, logp).mean()
+    loss = LABEL_CORRECTIONS[method.lc].loss
+    return soft_cross_entropy(q_tilde, logp).mean() if loss is None else loss(logits, logp, q, y, method)
 
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
@@ -115,10 +103,11 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None):
     count of confident samples at random positions (losses.cmd_distill). Arguments, result: cmd_objective's."""
     m = len(z)
     logp, h, q, q_tilde = own_targets(z, y, method, r, clock)
+    chi = per_model(chi, m)
     taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
     for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):
         loss_b2a, loss_a2b, taught[b, a], taught[a, b] = cmd_distill(
-            logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], chi, None if draws is None else draws[i])
+            logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], (chi[a], chi[b]), None if draws is None else draws[i])
         distilled[a].append(loss_b2a)
         distilled[b].append(loss_a2b)
     losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
@@ -131,11 +120,18 @@ def peer_mean_objective(z, y, method, chi, r, clock, draws=None):
     target, never its weight (losses.peer_mean); B mirrored. With draws (--select shuffled too), the taught
     samples are shuffled as in cohort_objective. Arguments, result: cmd_objective's."""
     logp, h, _, q_tilde = own_targets(z, y, method, r, clock)
-    _, _, b_taught_a, a_taught_b = cmd_distill(*logp, *q_tilde, *h, chi, None if draws is None else draws[0])
+    chi = per_model(chi, 2)
+    _, _, b_taught_a, a_taught_b = cmd_distill(*logp, *q_tilde, *h, (chi[0], chi[1]), None if draws is None else draws[0])
     taught = {(1, 0): b_taught_a, (0, 1): a_taught_b}
     losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
                         taught[1 - k, k]) for k in range(2)]
     return Objective(losses, taught, q_tilde, h)
+
+
+def per_model(chi, m):
+    """chi of each of m models: as given where it is one per model (a tuple, or a tensor of m), else the one value
+    for all of them (a float, or a 0-dim tensor)."""
+    return chi if isinstance(chi, tuple) or (torch.is_tensor(chi) and chi.dim() > 0) else (chi,) * m
 
 
 def mean(values):
@@ -280,22 +276,49 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
 
 # ---------------------------------------------------------------- the flags of the method
 
+class Mode(NamedTuple):
+    """One training mode, as train.py's --mode names it.
+
+    title      -- its name in plots and tables (the paper's)
+    objective  -- what it trains by, with cmd_objective's signature (objective_for: CMD's generalisations)
+    thresholds -- (η, b) of Eq. 7 by default: a knowledge mode of Eqs. 3-7, where --lc, --select and --peer-weight
+                  apply; None: no χ, and it trains on the given labels (--lc ce)
+    tunable    -- --eta and --b may move its (η, b) (CMD-S, CMD-P); zero and all knowledge are defined by theirs
+    small_loss -- it selects samples by their loss with R(t) (baselines.py): pairs only, with a forget rate τ
+    aliases    -- the papers' names it is also called by
+    """
+    title: str
+    objective: Callable
+    thresholds: tuple | None = None
+    tunable: bool = False
+    small_loss: bool = False
+    aliases: tuple = ()
+
+
 # (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
 # larger eta and a smaller b do better, so CMD-S takes Table 5's best, eta = 4, and CMD-P lets chi fall
 # (b = -5) from 1.85x to 0.15x that static value. all: eta = 1 is Table 5's "H(u)" row, which equals
-# Table 1's "All" column. zero: eta = inf gives chi = 0.
-THRESHOLDS = {"zero": (math.inf, 0.0), "all": (1.0, 0.0), "static": (4.0, 0.0), "progressive": (4.0, -5.0)}
-CMD_MODES = tuple(THRESHOLDS)  # the modes of Eqs. 3-7, where --select and --peer-weight apply
+# Table 1's "All" column. zero: eta = inf gives chi = 0. The four are the pair of Eqs. 3-6 and differ only in chi.
 # mkd and kdcl are the baselines of Table 4, which distil everything by their own losses and have no threshold;
 # coteach, coteach+ and jocor are the small-loss methods of Table 3 and Sec. 2.2 (baselines.py), which select
 # samples by their loss, not by chi: pair-only, on the given labels, with R(t) of baselines.py.
-SMALL_LOSS = ("coteach", "coteach+", "jocor")
-MODES = (*CMD_MODES, "mkd", "kdcl", *SMALL_LOSS)
-LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd", "gce")
+MODES = {
+    "zero": Mode("Zero knowledge", cmd_objective, (math.inf, 0.0)),
+    "all": Mode("All knowledge", cmd_objective, (1.0, 0.0)),
+    "static": Mode("CMD-S", cmd_objective, (4.0, 0.0), tunable=True, aliases=("cmd-s",)),
+    "progressive": Mode("CMD-P", cmd_objective, (4.0, -5.0), tunable=True, aliases=("cmd-p",)),
+    "mkd": Mode("MKD (Eq. 2)", all_knowledge_objective),
+    "kdcl": Mode("KDCL", all_knowledge_objective),
+    "coteach": Mode("Co-teaching", baselines.objective, small_loss=True, aliases=("co-teaching",)),
+    "coteach+": Mode("Co-teaching+", baselines.objective, small_loss=True, aliases=("co-teaching+",)),
+    "jocor": Mode("JoCoR", baselines.objective, small_loss=True),
+}
+THRESHOLDS = {m: x.thresholds for m, x in MODES.items() if x.thresholds is not None}
+CMD_MODES = tuple(THRESHOLDS)  # the modes of Eqs. 3-7, where --select and --peer-weight apply
+SMALL_LOSS = tuple(m for m, x in MODES.items() if x.small_loss)
+ALIASES = {a: m for m, x in MODES.items() for a in x.aliases}  # the papers' names of the modes
+LCS = tuple(LABEL_CORRECTIONS)  # train.py's --lc: label_correction.LABEL_CORRECTIONS
 SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
-OWN_LOSS_LCS = ("cp", "tfkd", "gce")  # their L_selfKD is a loss of its own, not H(q~, p): no --peer-weight mean
-ALIASES = {"cmd-s": "static", "cmd-p": "progressive",  # the paper's names of the modes
-           "co-teaching": "coteach", "co-teaching+": "coteach+"}  # and the comparators' papers' names
 
 
 def knob(default, help, check=None):
@@ -379,12 +402,19 @@ class Method:
         kdcl and SMALL_LOSS, which have no threshold."""
         return None if self.eta is None else schedule.chi(t, total, num_classes, self.eta, self.b)
 
+    def chis_at(self, t, total, num_classes, m):
+        """The step's thresholds: χ of each of the m models at t epochs, a tuple (None without a threshold). The one
+        place they are computed: train.py and tools.batched call it each step, and graph.Replayed and the
+        objectives pass them on as they are, down to cmd_distill. Today one η and b serve every model (chi_at); a
+        knob that gives each model its own changes this method alone."""
+        chi = self.chi_at(t, total, num_classes)
+        return None if chi is None else (chi,) * m
 
-# Every objective, all with cmd_objective's signature: objective_for picks a run's, the one thing mutual_step
-# dispatches on. The CMD modes are the pair of Eqs. 3-6 and differ only in chi (THRESHOLDS).
-OBJECTIVES = {**dict.fromkeys(CMD_MODES, cmd_objective), "cohort": cohort_objective, "shuffled": cohort_objective,
-              "peer-mean": peer_mean_objective, "mkd": all_knowledge_objective, "kdcl": all_knowledge_objective,
-              **dict.fromkeys(SMALL_LOSS, baselines.objective)}
+
+# Every objective beyond a mode's own, all with cmd_objective's signature: objective_for picks a run's, the one
+# thing mutual_step dispatches on.
+OBJECTIVES = {**{m: x.objective for m, x in MODES.items()}, "cohort": cohort_objective, "shuffled": cohort_objective,
+              "peer-mean": peer_mean_objective}
 
 
 def objective_for(method, m):

@@ -1,5 +1,7 @@
 """Synthetic label noise (paper §4.1, "Label noise generation").
 
+NOISE             -- the registry: train.py's --noise names, each a NoiseKind (its transition matrix, the rates
+                     it takes, the name plots show); everything that lists the kinds reads it
 transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for "sym", "pair", "none"
 add_noise         -- draw each sample's noisy label from its row of T, reproducibly
 
@@ -11,21 +13,55 @@ c + 1 mod K (Han et al. 2018, Co-teaching).
 
 Human noise (CIFAR-N's labels) is read from files, not generated: training/cifar_n.py.
 """
+from typing import Callable, NamedTuple
+
 import numpy as np
 
-NOISE_KINDS = ("none", "sym", "pair")
+
+def symmetric(rate, k):
+    """sym: 1 - r on the diagonal, r/(K - 1) everywhere else: a flipped label is any other class."""
+    t = np.full((k, k), rate / (k - 1))
+    np.fill_diagonal(t, 1 - rate)
+    return t
 
 
-def transition_matrix(kind, rate, num_classes):
-    """The K x K noise transition matrix; every row sums to 1.
+def pair_flip(rate, k):
+    """pair: 1 - r on the diagonal, r at (c, (c + 1) mod K)."""
+    t = (1 - rate) * np.eye(k)
+    t[np.arange(k), (np.arange(k) + 1) % k] += rate  # += keeps K = 2 right: (c+1) mod 2 is the other class
+    return t
 
-    sym:  1 - r on the diagonal, r/(K - 1) everywhere else.
-    pair: 1 - r on the diagonal, r at (c, (c + 1) mod K).
-    none, or r = 0: the identity.
-    Raises ValueError for an unknown kind or r outside [0, 1).
+
+class NoiseKind(NamedTuple):
+    """One kind of label noise, as train.py's --noise names it.
+
+    title      -- its name in plots and tables ("symmetric noise")
+    matrix     -- (rate, K) -> the K x K transition matrix at a rate in (0, max_rate); None: the labels come from
+                  files, not from a matrix (human: CIFAR-N, training/cifar_n.py)
+    takes_rate -- the rate is the user's (--rate, default 0.4), not fixed (none) or the files' (human)
+    max_rate   -- the rates it takes are [0, max_rate); why_max says why, where max_rate < 1
     """
-    if kind not in NOISE_KINDS:
-        raise ValueError(f"unknown noise kind '{kind}'; choose from {', '.join(NOISE_KINDS)}")
+    title: str
+    matrix: Callable | None
+    takes_rate: bool = True
+    max_rate: float = 1.0
+    why_max: str = ""
+
+
+NOISE = {
+    "none": NoiseKind("no", lambda rate, k: np.eye(k), takes_rate=False),
+    "sym": NoiseKind("symmetric", symmetric),
+    "pair": NoiseKind("pair-flip", pair_flip, max_rate=0.5, why_max="at 0.5 or more the flipped class is the majority "
+                      "label of its class, so nothing tells the true one apart"),
+    "human": NoiseKind("human", None, takes_rate=False),
+}
+def transition_matrix(kind, rate, num_classes):
+    """The K x K noise transition matrix of NOISE[kind]; every row sums to 1. none, or r = 0: the identity.
+    Raises ValueError for a kind without a matrix or r outside [0, 1).
+    """
+    if kind not in NOISE or NOISE[kind].matrix is None:
+        drawn = [k for k, n in NOISE.items() if n.matrix is not None]
+        raise ValueError(f"unknown noise kind '{kind}'; choose from {', '.join(drawn)}")
     if not 0 <= rate < 1:
         raise ValueError(f"noise rate must be in [0, 1), got {rate}")
     k = num_classes
@@ -33,13 +69,7 @@ def transition_matrix(kind, rate, num_classes):
         return np.eye(k)
     if k < 2:
         raise ValueError(f"{kind} noise needs at least 2 classes, got {k}")
-    if kind == "sym":
-        t = np.full((k, k), rate / (k - 1))
-        np.fill_diagonal(t, 1 - rate)
-        return t
-    t = (1 - rate) * np.eye(k)
-    t[np.arange(k), (np.arange(k) + 1) % k] += rate  # += keeps K = 2 right: (c+1) mod 2 is the other class
-    return t
+    return NOISE[kind].matrix(rate, k)
 
 
 def add_noise(labels, kind, rate, num_classes, seed):

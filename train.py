@@ -215,7 +215,7 @@ def train_epoch(loop, epoch, r, k):
 
     for i, batch in enumerate(batches.epoch(loop.seed, epoch)):
         clock = Clock(epoch, i, steps, loop.epochs, loop.seed)
-        chi = loop.method.chi_at(clock.t, loop.epochs, k)  # Eq. 7 at fractional epochs
+        chi = loop.method.chis_at(clock.t, loop.epochs, k, m)  # Eq. 7 at fractional epochs, one per model
         sums, step_hist = loop.step(batch, chi, r, clock)
         acc += sums
         hist += step_hist

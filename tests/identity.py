@@ -7,8 +7,9 @@ The check of a refactor: it compares two checkouts (git worktree add /tmp/before
 two cores, so pytest does not collect it (no test_ prefix); the digests hold for one machine, torch and thread
 count, so there is no stored digest to compare a single checkout with.
 
-Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every mode x lc, mkd,
-kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18 pair, GCE, Co-teaching, Co-teaching+
+Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every knowledge mode x label
+correction, from the registries, mkd, kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18
+pair, Co-teaching, Co-teaching+
 with and without its initial epoch, JoCoR, and the shuffled-selection and peer-mean controls). The digest of a
 run is the SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every
 number bit-identical keeps every digest. --compare prints the configurations whose digests differ.
@@ -22,19 +23,21 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the registries of this checkout
+from label_correction import LABEL_CORRECTIONS  # noqa: E402
+from mutual import CMD_MODES  # noqa: E402
+
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "3", "--synthetic-size", "96",
         "--synthetic-test-size", "48", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu",
         "--workers", "0", "--seed", "3"]
-LCS = ("ce", "ls", "cp", "bootsoft", "proselflc", "mylc", "tfkd")
-CONFIGS = {f"{mode}-{lc}": ["--mode", mode, "--lc", lc] for mode in ("zero", "all", "static", "progressive")
-           for lc in LCS}
+# every knowledge mode with every label correction, from their registries
+CONFIGS = {f"{mode}-{lc}": ["--mode", mode, "--lc", lc] for mode in CMD_MODES for lc in LABEL_CORRECTIONS}
 CONFIGS.update({
     "mkd": ["--mode", "mkd"], "kdcl": ["--mode", "kdcl"],
     "cohort3": ["--mode", "progressive", "--lc", "mylc", "--peers", "3"],
     "pair-eta1.5": ["--mode", "static", "--eta", "1.5", "--noise", "pair", "--rate", "0.3"],
     "val-subset": ["--mode", "progressive", "--val-split", "0.2", "--subset", "80"],
     "cnn+resnet18": ["--mode", "progressive", "--arch", "cnn,resnet18"],
-    "zero-gce": ["--mode", "zero", "--lc", "gce"], "progressive-gce": ["--mode", "progressive", "--lc", "gce"],
     "coteach": ["--mode", "coteach"], "coteach+": ["--mode", "coteach+"], "jocor": ["--mode", "jocor"],
     "coteach+init1": ["--mode", "coteach+", "--coteach-plus-init", "1", "--forget-rate", "0.6"],
     "shuffled": ["--mode", "progressive", "--select", "shuffled"],

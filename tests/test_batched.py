@@ -37,10 +37,10 @@ def test_a_grid_equals_train_py_runs(tmp_path):
     out = str(tmp_path / "grid")
     assert batched.main(T + ["--mode", "zero,all", "--seed", "0,1", "--lr", "0.05", "--out", out]) == 0
     names = sorted(os.listdir(out))
-    assert names == ["all-mylc-sym40-lr0.05-s0", "all-mylc-sym40-lr0.05-s1", "zero-mylc-sym40-lr0.05-s0",
-                     "zero-mylc-sym40-lr0.05-s1"]
+    assert names == ["sym0.4-all-mylc-lr0.05-s0", "sym0.4-all-mylc-lr0.05-s1", "sym0.4-zero-mylc-lr0.05-s0",
+                     "sym0.4-zero-mylc-lr0.05-s1"]  # train.py's names (config.run_name) of what the grid varies
     for name in names:
-        mode, seed = name.split("-")[0], name[-1]
+        mode, seed = name.split("-")[1], name[-1]
         ref = alone(tmp_path, ["--mode", mode, "--seed", seed, "--lr", "0.05"])
         got = os.path.join(out, name)
         assert np.array_equal(np.load(os.path.join(got, "noisy_labels.npy")), np.load(os.path.join(ref, "noisy_labels.npy")))
@@ -102,7 +102,7 @@ def test_one_step_from_an_equal_state_matches_mutual_step():
 def test_an_interrupted_grid_starts_again_keeps_finished_runs_and_is_deterministic(tmp_path, monkeypatch):
     out, grid = str(tmp_path / "g"), ["--mode", "progressive", "--lr", "0.05", "--seed", "0,1"]
     assert batched.main(T + ["--mode", "progressive", "--lr", "0.05", "--seed", "0", "--out", out]) == 0
-    first = os.path.join(out, "progressive-mylc-sym40-lr0.05-s0")
+    first = os.path.join(out, "sym0.4-progressive-mylc-lr0.05-s0")
     before = open(os.path.join(first, "summary.json")).read(), os.path.getmtime(os.path.join(first, "summary.json"))
     step, calls = batched.step, []
 
@@ -116,7 +116,7 @@ def test_an_interrupted_grid_starts_again_keeps_finished_runs_and_is_determinist
     with pytest.raises(SystemExit) as e:
         batched.main(T + grid + ["--out", out])
     assert e.value.code == 130
-    second = os.path.join(out, "progressive-mylc-sym40-lr0.05-s1")
+    second = os.path.join(out, "sym0.4-progressive-mylc-lr0.05-s1")
     assert len(rows(second)) == 1 and not os.path.exists(os.path.join(second, "summary.json"))
     monkeypatch.undo()
     assert batched.main(T + grid + ["--out", out]) == 0
@@ -134,7 +134,7 @@ def test_an_interrupted_grid_starts_again_keeps_finished_runs_and_is_determinist
 def test_a_diverging_run_is_written_as_diverged_and_the_others_finish(tmp_path):
     out = str(tmp_path / "d")
     assert batched.main(T + ["--mode", "zero", "--lr", "0.05,1e9", "--out", out]) == 1
-    ok, bad = (os.path.join(out, f"zero-mylc-sym40-lr{lr}-s0") for lr in ("0.05", "1e9"))
+    ok, bad = (os.path.join(out, f"sym0.4-zero-mylc-lr{lr}-s0") for lr in ("0.05", "1e9"))
     assert os.path.exists(os.path.join(ok, "summary.json")) and len(rows(ok)) == 3
     diverged = json.load(open(os.path.join(bad, "diverged.json")))
     written = rows(bad) if os.path.exists(os.path.join(bad, "metrics.jsonl")) else []
@@ -144,13 +144,13 @@ def test_a_diverging_run_is_written_as_diverged_and_the_others_finish(tmp_path):
 
 def test_a_finished_train_py_run_is_skipped_and_an_unfinished_one_refused(tmp_path, capsys):
     out = str(tmp_path / "grid")
-    done = os.path.join(out, "zero-mylc-sym40-lr0.05-s0")
+    done = os.path.join(out, "sym0.4-zero-mylc-lr0.05-s0")
     train.main(T + ["--mode", "zero", "--seed", "0", "--lr", "0.05", "--out", done])
     assert os.path.exists(os.path.join(done, "checkpoint.pt"))  # train.py keeps its last checkpoint
     stamp = os.path.getmtime(os.path.join(done, "summary.json"))
     assert batched.main(T + ["--mode", "zero", "--seed", "0,1", "--lr", "0.05", "--out", out]) == 0
     assert os.path.getmtime(os.path.join(done, "summary.json")) == stamp and len(rows(done)) == 3
-    assert os.path.exists(os.path.join(out, "zero-mylc-sym40-lr0.05-s1", "summary.json"))
+    assert os.path.exists(os.path.join(out, "sym0.4-zero-mylc-lr0.05-s1", "summary.json"))
     os.remove(os.path.join(done, "summary.json"))  # now a train.py run stopped before its end
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:

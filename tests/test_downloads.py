@@ -31,10 +31,12 @@ from torchvision import datasets as tv
 
 import train
 from training import download
-from training.datasets import CIFAR, IDX, FileImages, load_dataset
+from training.datasets import DATASETS, FileImages, load_dataset
+
+CIFAR, IDX = ("cifar100", "cifar10"), ("fashionmnist", "mnist")  # the two kinds of download besides Food-101
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
-DATASETS = ("cifar100", "cifar10", "fashionmnist", "mnist", "food101")
+PUBLISHED = tuple(n for n, d in DATASETS.items() if d.source)  # every dataset with a download (the registry's)
 TRAINED = ("cifar100", "mnist", "food101")  # one training run per kind of data: pickles, IDX files, JPEG files
 RUN = ["--arch", "cnn", "--epochs", "1", "--batch-size", "4", "--device", "cpu", "--workers", "0"]
 
@@ -48,14 +50,14 @@ def published(tmp_path_factory):
     for name, write in (("cifar100", write_cifar), ("cifar10", write_cifar10), ("food101", write_food101)):
         (root / name).mkdir()
         write(root / name)
-        [(file, _, _)], folder, _ = download.published(name)
+        [(file, _, _)], folder, _ = download.published(DATASETS[name].source)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:  # the archive's top folder, as the published ones
             tar.add(root / name / folder, arcname=folder)
         out[name] = (root / name, {file: buf.getvalue()})
     for seed, name in enumerate(("fashionmnist", "mnist")):
         write_idx(root / name, gz=True, seed=seed)  # torchvision's resource names: train-images-idx3-ubyte.gz, ...
-        out[name] = (root / name, {f: (root / name / f).read_bytes() for f, _, _ in download.published(name)[0]})
+        out[name] = (root / name, {f: (root / name / f).read_bytes() for f, _, _ in download.published(DATASETS[name].source)[0]})
     return out
 
 
@@ -116,11 +118,12 @@ def md5s_of(name, files, source):
     """Make these files' md5 sums the published ones a download of `name` is checked against, on torchvision's
     classes; for CIFAR also those of the pickles in the archive (from `source`), which torchvision checks on load."""
     md5 = {f: hashlib.md5(body).hexdigest() for f, body in files.items()}
+    c = DATASETS[name].source
     if name in CIFAR:
-        CIFAR[name].torchvision.tgz_md5 = md5[CIFAR[name].torchvision.filename]
+        c.tgz_md5 = md5[c.filename]
         publish(name, source)
     elif name in IDX:
-        IDX[name].torchvision.resources = [(f, md5[f]) for f, _ in IDX[name].torchvision.resources]
+        c.resources = [(f, md5[f]) for f, _ in c.resources]
     else:
         tv.Food101._MD5 = md5[os.path.basename(tv.Food101._URL)]
 
@@ -139,7 +142,7 @@ def same_data(a, b):
 
 # ---------------------------------------------------------------- downloads that work
 
-@pytest.mark.parametrize("name", DATASETS)
+@pytest.mark.parametrize("name", PUBLISHED)
 def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, server, published, name):
     source, files = published[name]
     md5s_of(name, files, source)
@@ -153,7 +156,7 @@ def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, server, p
     else:
         load_dataset(name, data, mirror=mirror)
     # the dataset's folder alone, no staging folder or archive beside it, and it holds exactly what was served
-    assert os.listdir(data) == [download.published(name)[1].split(os.sep)[0]]
+    assert os.listdir(data) == [download.published(DATASETS[name].source)[1].split(os.sep)[0]]
     same_data(load_dataset(name, data, download=False), load_dataset(name, source, download=False))
 
 
@@ -176,7 +179,7 @@ FAILURES = {  # how the download fails -> which failure the line must name
 
 
 @pytest.mark.parametrize("how", FAILURES)
-@pytest.mark.parametrize("name", DATASETS)
+@pytest.mark.parametrize("name", PUBLISHED)
 def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing(tmp_path, capsys, server,
                                                                                  published, closed_port, name, how):
     source, files = published[name]
@@ -185,7 +188,7 @@ def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing
     mirror = (f"http://127.0.0.1:{closed_port}/" if how == "refused" else
               serve(server, f"{how}-{name}".replace(" ", "-"), files if how != "404" else {},
                     cut=how == "connection cut short", short=how == "file cut short"))
-    first = download.published(name)[0][0][0]
+    first = download.published(DATASETS[name].source)[0][0][0]
     for made in (False, True):  # --data-dir not there yet, or there and empty: either way left as it was
         data = tmp_path / "data"
         if made:
@@ -207,7 +210,7 @@ def test_a_failed_download_into_a_nested_data_dir_removes_every_folder_it_made(t
     first file came whole and was extracted) removes data/, b/ and a/, and nothing above: tmp/ stays, as it was."""
     source, files = published[name]
     md5s_of(name, files, source)
-    first = download.published(name)[0][0][0]
+    first = download.published(DATASETS[name].source)[0][0][0]
     # mnist: the first file whole, then a 404; cifar10's one archive: cut short
     mirror = serve(server, f"nested-{name}", {first: files[first]}, cut=name in CIFAR)
     (tmp_path / "kept").write_text("a file beside a/ that the download must leave")

@@ -567,9 +567,9 @@ def test_the_readme_and_docs_name_files_and_functions_that_exist():
         folder = os.path.dirname(os.path.join(HERE, name))
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):  # relative links and images
             assert os.path.exists(os.path.join(folder, target)), f"{name} links {target}, which does not exist"
-        for path, function in re.findall(r"`([\w/]+\.py):(\w+)`", text):  # the equation table's file.py:function
+        for path, function in re.findall(r"`([\w/]+\.py):(\w+)`", text):  # file.py:function, class or registry
             source = open(os.path.join(HERE, path)).read()
-            assert re.search(rf"^(def|class) {function}\b", source, re.M), f"{name} names {path}:{function}"
+            assert re.search(rf"^((def|class) {function}\b|{function} = )", source, re.M), f"{name} names {path}:{function}"
 
 
 def test_every_train_and_sweep_command_shown_in_the_readme_and_docs_is_accepted(capsys):

@@ -51,7 +51,7 @@ def train_steps(how, method, epochs=2, steps=10):
     for epoch in range(epochs):
         for i, (x, y) in enumerate(data):
             clock = Clock(epoch, i, steps, epochs, 0)
-            sums, _ = step((x, y, (y + i) % K), method.chi_at(clock.t, epochs, K), r, clock)
+            sums, _ = step((x, y, (y + i) % K), method.chis_at(clock.t, epochs, K, 2), r, clock)
             out.append(sums / N)
             keys.append(graph.key(method, clock, [x]))
             graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])

@@ -256,7 +256,7 @@ def knob_parameters():
         tree = ast.parse(open(path).read())
         aliases = {a.asname: a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
                    if a.asname}  # a function imported under another name is still its own
-        for outer in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
+        for outer in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))]:  # registries' too
             own = {a.arg for a in outer.args.args + outer.args.kwonlyargs}
             for call in [n for n in ast.walk(outer) if isinstance(n, ast.Call)]:
                 name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
@@ -268,7 +268,8 @@ def knob_parameters():
                     if isinstance(arg, ast.Attribute) and arg.attr in fields:
                         found[fns[name][0], param] = arg.attr
                     elif isinstance(arg, ast.Name) and arg.id in own and module in COPYABLE:
-                        passed_on.append(((f"{module}.{outer.name}", arg.id), (fns[name][0], param)))
+                        passed_on.append(((f"{module}.{getattr(outer, 'name', '<lambda>')}", arg.id),
+                                          (fns[name][0], param)))
     for _ in passed_on:  # as often as there are links: wrappers of wrappers
         found.update({outer: found[inner] for outer, inner in passed_on if inner in found})
     return found

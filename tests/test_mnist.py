@@ -197,7 +197,7 @@ def test_batches_flip_fashionmnist_but_crop_only_mnist(tmp_path, name):
     write_idx(tmp_path, images=ramp)
     d = load_dataset(name, tmp_path, download=False)
     b = batches.Batches(d.train, labels=d.train.labels, clean=d.train.labels,
-                        spec=batches.Spec(8, d.mean, d.std, flip=name not in datasets.NO_FLIP),
+                        spec=batches.Spec(8, d.mean, d.std, flip=datasets.DATASETS[name].flip),
                         placement=batches.Placement("cpu"))
     flips = torch.cat([flipped(x, d) for e in range(10) for x, _, _ in b.epoch(0, e)])  # 200 augmented images
     assert len(flips) == 200
@@ -220,7 +220,7 @@ def test_flip_off_draws_the_same_crops_and_flip_on_is_unchanged():
 @pytest.mark.parametrize("name", ["mnist", "fashionmnist"])
 def test_train_py_never_flips_mnist(tmp_path, monkeypatch, name):
     """Through train.main: every augmented image it trains on is inspected (train.py passes
-    batches.Spec(flip=args.dataset not in datasets.NO_FLIP)); fashionmnist shows that a flip would be seen."""
+    batches.Spec(flip=datasets.DATASETS[args.dataset].flip)); fashionmnist shows that a flip would be seen."""
     write_idx(tmp_path / "data", images=ramp)
     seen = []
     real = batches.augment_batch

@@ -5,14 +5,15 @@ r"""Many runs of a small model pair in one process: a grid trained at once with 
 
 --lr, --eta, --b, --seed, --rate and --mode take comma-separated lists, and every combination is one run
 (--zip pairs the lists instead, one run per position). Every other flag is train.py's and is the same for
-every run. Each run writes train.py's files into OUT/<name> (name: tools.sweep's, with -lr and -s): config.json
+every run. Each run writes train.py's files into OUT/<name> (name: train.py's, config.run_name, without the
+dataset and arch, with -lr where --lr lists values): config.json
 (with provenance), noisy_labels.npy, metrics.jsonl, entropy_hist.npz and, last, summary.json. There are no
 checkpoints and no weights: a finished run is skipped, an interrupted one starts again from epoch 1. A run
 whose loss turns NaN or inf writes diverged.json beside its epochs so far, and the others go on.
 
 Per run, exactly as train.py makes it: the training subset, the noisy labels (noise.add_noise with its seed),
 the initial weights (build.build_models), the batch order (Batches.epoch), the lr on its milestones (a
-MultiStepLR per run), χ(t) (Method.chi_at) and MyLC's r. The runs' parameters are stacked
+MultiStepLR per run), χ(t) (Method.chis_at) and MyLC's r. The runs' parameters are stacked
 (torch.func.stack_module_state) and one step of all of them is one vmap of functional_call and of the mode's
 objective, mutual.objective_for: the method is the code train.py runs, not a copy. SGD with momentum is applied to
 the stacks with each run's lr. Floating-point order differs from one run's own matrix products, so the
@@ -44,11 +45,11 @@ from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, ob
 from noise import add_noise
 from training import build, graph, rundir, runfiles
 from training.batches import Batches
-from training.config import get_args, method_of, pick_device, resolve
+from training.config import get_args, method_of, pick_device, resolve, run_name
 from training.errors import UserError, one_line
 from training.report import accuracies, epoch_row, epoch_line, final_accuracies
 from tools import sweep
-from tools.paper_tables import run_name, same_run
+from tools.paper_tables import same_run
 
 VARY = ("lr", "eta", "b", "seed", "rate", "mode")  # what may differ within a group
 OWN = VARY + ("out", "forget_rate")  # a run's own settings (forget_rate follows --rate for the comparators)
@@ -173,7 +174,8 @@ class Runs:
 
 def step(runs, batch, chi, clock, autocast, r=None):
     """One training step of every run: R x (x, y, y_clean) batches, or the three stacked (R, N, ...) ->
-    (sums (R, S), histograms (R, M, 2, bins)). chi: (R,) or None; r: MyLC's r, M x (R,) (default runs.r)."""
+    (sums (R, S), histograms (R, M, 2, bins)). chi: (R, M), each run's Method.chis_at, or None; r: MyLC's r,
+    M x (R,) (default runs.r)."""
     x, y, y_clean = batch if torch.is_tensor(batch[0]) else (torch.stack(t) for t in zip(*batch))
     r = runs.r if r is None else r
     method = runs.methods[0]  # the group shares everything an objective reads but chi (mutual.cmd_objective)
@@ -259,8 +261,8 @@ def train(group_runs, device, log=print):
         epochs = [b.epoch(run["args"].seed, epoch) for b, run in zip(runs.batches, group_runs)]
         for i in range(steps):
             clock = Clock(epoch, i, steps, a0.epochs, 0)  # the seed of each run's shuffle_draws is its own
-            chis = [m.chi_at(clock.t, a0.epochs, k) for m in runs.methods]
-            chi = None if chis[0] is None else torch.tensor(chis, dtype=torch.float64, device=device)
+            chis = [m.chis_at(clock.t, a0.epochs, k, runs.m) for m in runs.methods]  # R x (χ of each model)
+            chi = None if chis[0] is None else torch.tensor(chis, dtype=torch.float64, device=device)  # (R, M)
             sums, h = trained([torch.stack(t) for t in zip(*(next(e) for e in epochs))], chi, runs.r, clock)
             acc += sums
             hist += h
@@ -362,9 +364,9 @@ def expand(argv, zipped):
 
 
 def name_of(values, args):
-    flags = ["--mode", args.mode, "--lc", args.lc, "--noise", args.noise, "--rate", str(args.rate)]
-    flags += [a for k in ("eta", "b") if k in values for a in (f"--{k}", values[k])]
-    return run_name(flags) + (f"-lr{values['lr']}" if "lr" in values else "") + f"-s{args.seed}"
+    """A run's folder: train.py's name of its settings (config.run_name), without the dataset and arch its grid
+    shares, with its lr where the grid lists several."""
+    return run_name(args, omit=("dataset", "arch"), lr=values.get("lr"))
 
 
 @one_line("batched.py", stopped="stopped by Ctrl-C; run the same command again (finished runs are skipped, the "

@@ -143,7 +143,7 @@ class Pair:
 
     def on_batch(self, step):
         """step on the fixed batch at t/Γ = 0.5, as a function of nothing."""
-        return lambda: step(self.batch, 1.0, self.r, HALFWAY)
+        return lambda: step(self.batch, (1.0,) * len(self.nets), self.r, HALFWAY)  # χ of each model
 
 
 def sync(device):
@@ -434,7 +434,7 @@ def sync_free_samples(mode, lc, device, batch_size=128, warmup=3, steps=2, graph
     it = batches.epoch(0, 0)
     step = replayed(graph, pair.cmd, pair.opts, method, device)
     # epoch 5, past Co-teaching+'s step rule: R(t) < 1 and disagreements for the comparators (baselines.keep_rule)
-    clock, chi = Clock(5, 1000, 2000, 10, 0), 1.0
+    clock, chi = Clock(5, 1000, 2000, 10, 0), (1.0, 1.0)  # χ of each model
     acc = torch.zeros((), device=device)
     for _ in range(warmup):
         acc = acc + step(next(it), chi, r, clock)[0][0]

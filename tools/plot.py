@@ -38,6 +38,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from label_correction import LABEL_CORRECTIONS
+from mutual import MODES
+from noise import NOISE
 from training import runfiles
 from training.errors import Parser, UserError, one_line
 
@@ -45,12 +48,13 @@ from training.errors import Parser, UserError, one_line
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
 
 MINUS = "\u2212"  # a real minus sign, not a hyphen
-MODE_NAMES = {"zero": "Zero knowledge", "all": "All knowledge", "static": "CMD-S", "progressive": "CMD-P",
-              "mkd": "MKD (Eq. 2)", "kdcl": "KDCL", "coteach": "Co-teaching", "coteach+": "Co-teaching+",
-              "jocor": "JoCoR"}  # the paper's names of the knowledge modes, and of the comparators (baselines.py)
-LC_NAMES = {"ce": "CE", "ls": "LS", "cp": "CP", "bootsoft": "Boot-soft", "proselflc": "ProSelfLC", "mylc": "MyLC",
-            "tfkd": "Tf-KD_reg", "gce": "GCE"}  # and of the label corrections
-NOISE_NAMES = {"sym": "symmetric", "pair": "pair-flip"}
+
+
+def title(key, value):
+    """The name plots and tables show for a mode, a label correction or a noise kind (key "mode", "lc", "noise"):
+    its registry entry's title (the paper's names, and the comparators' papers'); any other value as it is."""
+    registry = dict(mode=MODES, lc=LABEL_CORRECTIONS, noise=NOISE).get(key, {})
+    return registry[value].title if value in registry else value
 
 
 def pyplot():
@@ -102,7 +106,7 @@ def load_run(d):
 def method(config):
     """The knowledge mode in the paper's words, with the η and b of Eq. 7 it ran with: "CMD-P (η=4, b=−5)"."""
     mode, eta, b = config["mode"], config.get("eta"), config.get("b")
-    name = MODE_NAMES.get(mode, mode)
+    name = title("mode", mode)
     if eta is None or mode in ("zero", "mkd", "kdcl"):  # zero: η = ∞ is what the name says; mkd, kdcl: no threshold
         return name
     b = float(b or 0)
@@ -118,9 +122,9 @@ def describe(config):
     elif config["noise"] == "none":
         noise = "clean labels"
     else:
-        noise = f"{100 * config['rate']:g}% {NOISE_NAMES.get(config['noise'], config['noise'])} noise"
-    given_labels = ("mkd", "kdcl", "coteach", "coteach+", "jocor")  # modes that train on the given labels (lc ce)
-    lc = "" if config["mode"] in given_labels else LC_NAMES.get(config["lc"], config["lc"])
+        noise = f"{100 * config['rate']:g}% {title('noise', config['noise'])} noise"
+    given_labels = config["mode"] in MODES and MODES[config["mode"]].thresholds is None  # it trains on them (lc ce)
+    lc = "" if given_labels else title("lc", config["lc"])
     archs = str(config.get("arch", "")).split(",")
     arch = archs[0] if len(archs) == 2 and len(set(archs)) == 1 else \
         f"{len(archs)} × {archs[0]}" if len(set(archs)) == 1 else "/".join(archs)
@@ -214,7 +218,7 @@ def data_of(runs):
     dataset, noise, rate = seen.pop()
     if noise in (None, "none"):
         return f"\n{dataset}, clean labels"
-    return f"\n{dataset}, " + (f"{NOISE_NAMES.get(noise, noise)} noise {100 * float(rate):g}%" if rate is not None
+    return f"\n{dataset}, " + (f"{title('noise', noise)} noise {100 * float(rate):g}%" if rate is not None
                                 else f"{noise} labels")
 
 
@@ -368,7 +372,7 @@ def setting(key, value):
         return "noise " + ("–" if value == "None" else f"{100 * float(value):g}%")
     if key == "epochs":
         return f"{value} epochs"
-    return dict(mode=MODE_NAMES, lc=LC_NAMES, noise=NOISE_NAMES).get(key, {}).get(value, value)
+    return title(key, value)
 
 
 def b_lines(ax, groups, title):

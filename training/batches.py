@@ -1,7 +1,7 @@
 """Batches on the device and the paper's augmentation (appendix, "Data Augmentation").
 
 augment_batch   -- the CIFAR augmentation (pad 4, random crop, flip) for a whole batch on its device;
-                   crop-only with flip=False (mnist: datasets.NO_FLIP)
+                   crop-only with flip=False (mnist: its datasets.DATASETS record says flip=False)
 normalize       -- uint8 (N, 3, H, W) -> float (x/255 - mean)/std
 file_transforms -- the paper's crops for Food-101 and WebVision, as torchvision transforms
 IndexedFiles    -- Dataset over FileImages that returns (image, index); labels stay with the caller
@@ -33,7 +33,7 @@ def augment_batch(images, pad=4, generator=None, offsets=None, flips=None, flip=
     images: uint8 (N, C, H, W) on any device; randomness comes from `generator`
     (on that device) or the global RNG. offsets (N, 2) [dy, dx] in [0, 2 pad] and
     flips (N,) bool replace the random draws (for tests). flip=False: crop only,
-    no flip drawn or made (digits: datasets.NO_FLIP); the offsets are drawn as with it.
+    no flip drawn or made (digits: datasets.DATASETS[...].flip); the offsets are drawn as with it.
     One gather, no host sync. Returns a contiguous uint8 (N, C, H, W).
     """
     n, c, h, w = images.shape
@@ -142,7 +142,7 @@ class Batches:
     sample once. train=True drops only a last batch too small to give each rank
     2 samples (BatchNorm needs 2). augment=False trains on the images as they are
     tested (files: resize and centre crop). flip=False makes the augmentation of
-    TensorImages crop-only (datasets.NO_FLIP: digits); files always flip.
+    TensorImages crop-only (digits: datasets.DATASETS[...].flip); files always flip.
     """
 
     def __init__(self, ds, *, labels, clean, spec, placement):

@@ -70,7 +70,7 @@ def batch_args(args, d, setup):
     """Batches' settings for the training set: its spec (batch size, normalisation, augmentation, no flip for
     digits) and its placement (device, rank, world, workers, memory format)."""
     spec = Spec(batch_size=args.batch_size, mean=d.mean, std=d.std, augment=args.augment == "paper",
-                flip=args.dataset not in datasets.NO_FLIP)
+                flip=datasets.DATASETS[args.dataset].flip)
     return dict(spec=spec, placement=setup.placement(args.workers))
 
 

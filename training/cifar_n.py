@@ -15,7 +15,7 @@ import zipfile
 
 import numpy as np
 
-from training.datasets import CIFAR, DataError
+from training.datasets import DATASETS, DataError
 from training.safe_pickle import Refused, load
 
 CIFAR_N_URL = "https://github.com/UCSC-REAL/cifar-10-100n"
@@ -60,7 +60,7 @@ def human_labels(path, dataset, key, clean, num_classes):
     Returns (N,) int64, aligned with `clean`. Raises DataError (one line) when the file is missing,
     needs more than numpy arrays to load, is truncated, belongs to the other dataset, or is shuffled.
     """
-    name, folder = HUMAN_FILES[dataset], CIFAR[dataset].torchvision.base_folder
+    name, folder = HUMAN_FILES[dataset], DATASETS[dataset].source.base_folder
     get = f"download {name} from {CIFAR_N_URL} (folder data/) and put it at {path}, or pass --noise-file PATH"
     if not os.path.isfile(path):
         raise DataError(f"CIFAR-N label file {path} not found; {get}")

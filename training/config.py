@@ -19,10 +19,12 @@ import torch
 
 import models
 import schedule
-from mutual import ALIASES, CMD_MODES, LCS, MODES, NAMES, OWN_LOSS_LCS, SMALL_LOSS, THRESHOLDS, Comparators, Method
+from label_correction import LABEL_CORRECTIONS
+from mutual import ALIASES, CMD_MODES, MODES, NAMES, SMALL_LOSS, THRESHOLDS, Comparators, Method
+from noise import NOISE
 from training import cifar_n, datasets
 from training.errors import Parser, UserError
-from training.presets import DEFAULT_ARCH, REAL_NOISE, preset, presets_help, scale_milestones
+from training.presets import preset, presets_help, scale_milestones
 from training.synthetic import Synthetic
 
 class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -39,6 +41,8 @@ def note(message):
 
 
 NO_CUDA = "--device cuda but torch sees no CUDA device; use --device cpu"
+RATE = 0.4  # --rate's default for the synthetic noise kinds, the paper's main setting
+SYNTHETIC = "/".join(k for k, n in NOISE.items() if n.takes_rate)  # the kinds drawn at a rate of the user's: sym/pair
 
 
 def add_device_flag(p):
@@ -70,7 +74,7 @@ def canonical(names):
     return lambda text: ALIASES.get(text.lower(), text.lower()) if text.lower() in (*names, *ALIASES) else text
 
 
-def knobs(kind):
+def knobs_of(kind):
     """The fields of mutual.Method or mutual.Comparators that are flags (Method.comparators is not)."""
     return [f for f in fields(kind) if f.name != "comparators"]
 
@@ -83,13 +87,14 @@ def method_flags(p):
                         (Comparators, "comparators (mutual.py's Comparators: the settings of the methods CMD is "
                                       "compared with)")):
         g = p.add_argument_group(title)
-        for f in knobs(kind):
+        for f in knobs_of(kind):
             flag, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
             if f.name == "mode":
                 g.add_argument(flag, type=canonical(MODES), choices=tuple(MODES), default=f.default, help=help)
             elif f.name == "lc":
-                g.add_argument(flag, type=canonical(LCS), choices=LCS,
-                               help=f"{help} (default {f.default}; ce for mkd, kdcl, {', '.join(SMALL_LOSS)})")
+                g.add_argument(flag, type=canonical(LABEL_CORRECTIONS), choices=tuple(LABEL_CORRECTIONS),
+                               help=f"{help} (default {f.default}; ce for "
+                                    f"{', '.join(m for m, x in MODES.items() if x.thresholds is None)})")
             elif f.name in ("eta", "b"):
                 per_mode = ", ".join(f"{m} {eta_b[f.name == 'b']:g}" for m, eta_b in THRESHOLDS.items())
                 g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
@@ -100,8 +105,8 @@ def method_flags(p):
 
 def method_of(args):
     """The mutual.Method of resolved flags, with the comparators' settings in its Comparators."""
-    comparators = Comparators(**{f.name: getattr(args, f.name) for f in knobs(Comparators)})
-    return Method(**{f.name: getattr(args, f.name) for f in knobs(Method)}, comparators=comparators)
+    comparators = Comparators(**{f.name: getattr(args, f.name) for f in knobs_of(Comparators)})
+    return Method(**{f.name: getattr(args, f.name) for f in knobs_of(Method)}, comparators=comparators)
 
 
 def get_args(argv):
@@ -121,13 +126,15 @@ def parser():
     p = Parser(command="python train.py", description=__doc__.split("\n")[0], formatter_class=Help,
                epilog=presets_help())
     g = p.add_argument_group("data and noise")
-    g.add_argument("--dataset", choices=datasets.DATASETS, default="cifar100",
+    g.add_argument("--dataset", choices=tuple(datasets.DATASETS), default="cifar100",
                    help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10 (CIFAR-10N with "
                         "--noise human); fashionmnist, mnist: 28x28 grayscale from IDX files (Debian: apt-get install "
                         "dataset-fashion-mnist, then --data-dir /usr/share/datasets/fashion-mnist); folder: any "
-                        "ImageFolder tree; synthetic: generated in memory, for CPU runs")
+                        "ImageFolder tree; synthetic: generated in memory, for CPU runs (training/datasets.py: "
+                        "DATASETS)")
     g.add_argument("--data-dir", default="data",
-                   help="dataset root; cifar100, cifar10, fashionmnist, mnist and food101 download here on first use")
+                   help="dataset root; " + ", ".join(n for n, d in datasets.DATASETS.items() if d.source) +
+                        " download here on first use")
     g.add_argument("--data-mirror", metavar="URL",
                    help="download from URL (http://, https://, file://), which holds the published files under their "
                         "own names (cifar-100-python.tar.gz, ...), instead of each dataset's site; md5-checked alike")
@@ -140,10 +147,11 @@ def parser():
     g.add_argument("--check-images", action="store_true",
                    help="decode every image of a dataset read from files before training, and list all that "
                         "cannot be read (otherwise the first bad one stops the run when a batch reaches it)")
-    g.add_argument("--noise", choices=("none", "sym", "pair", "human"),
-                   help="label noise: sym or pair, synthetic (§4.1); human: the CIFAR-N labels of cifar10/cifar100 "
-                        "(default: sym, or none for food101/webvision, whose labels are noisy)")
-    g.add_argument("--rate", type=float, help="noise rate r in [0, 1) (default 0.4 with --noise sym/pair)")
+    g.add_argument("--noise", choices=tuple(NOISE),
+                   help=f"label noise: {SYNTHETIC}, synthetic (§4.1); human: the CIFAR-N labels of cifar10/cifar100 "
+                        "(default: sym, or none for the datasets whose labels are noisy: "
+                        f"{', '.join(n for n, d in datasets.DATASETS.items() if d.real_noise)})")
+    g.add_argument("--rate", type=float, help=f"noise rate r in [0, 1) (default {RATE} with --noise {SYNTHETIC})")
     g.add_argument("--noise-file", help="--noise human: the CIFAR-N label file, from " + cifar_n.CIFAR_N_URL +
                                         " (folder data/) (default <data-dir>/CIFAR-100_human.pt for cifar100, "
                                         "<data-dir>/CIFAR-10_human.pt for cifar10)")
@@ -172,10 +180,11 @@ def parser():
                    help="models trained together: 2 is the paper's A and B; N > 2 a cohort, where each model learns "
                         "the mean of what its peers' confident knowledge teaches it")
     g.add_argument("--arch", help=f"NAME, or one NAME per model (NAME_A,NAME_B), from {', '.join(models.ARCHS)} "
-                                  "(default resnet34 on cifar100/cifar10, resnet50_imagenet on food101, "
-                                  "inception_resnet_v2 on webvision, resnet18 on folder, cnn on synthetic)")
+                                  "(default per dataset: " + ", ".join(f"{d.arch} on {n}" for n, d in
+                                                                       datasets.DATASETS.items()) + ")")
     g.add_argument("--pretrained", action=argparse.BooleanOptionalAction,
-                   help="ImageNet weights for resnet50_imagenet (default: on for food101)")
+                   help="ImageNet weights for " + ", ".join(a for a, arch in models.ARCHS.items() if arch.pretrained) +
+                        " (default: on for " + ", ".join(n for n, d in datasets.DATASETS.items() if d.pretrained) + ")")
     g.add_argument("--epochs", type=int, help="Γ in Eq. 7: the total number of epochs (given without --milestones, "
                                               "it scales the preset's milestones to the same fractions of the run)")
     g.add_argument("--batch-size", type=int, help="global batch size N (all ranks together)")
@@ -234,7 +243,7 @@ LIMITS = {
     "synthetic_difficulty": (lambda v: 0 <= v < math.inf, "at least 0"),
     "synthetic_shift": (lambda v: v >= 0, "at least 0 pixels"),
 }
-LIMITS.update({f.name: f.metadata["check"] for f in knobs(Method) + knobs(Comparators) if f.metadata["check"]})
+LIMITS.update({f.name: f.metadata["check"] for f in knobs_of(Method) + knobs_of(Comparators) if f.metadata["check"]})
 
 
 def check_values(args):
@@ -249,9 +258,9 @@ def check_values(args):
     if any(a >= b for a, b in zip(args.milestones, args.milestones[1:])):
         raise UserError(f"--milestones {','.join(map(str, args.milestones))}: give them in increasing order, each once "
                         f"(a repeated one would apply --lr-decay twice)")
-    if args.noise == "pair" and args.rate >= 0.5:
-        raise UserError(f"--noise pair --rate {args.rate}: at 0.5 or more the flipped class is the majority label "
-                        f"of its class, so nothing tells the true one apart; use a rate below 0.5")
+    kind = NOISE[args.noise]
+    if args.rate is not None and args.rate >= kind.max_rate:
+        raise UserError(f"--noise {args.noise} --rate {args.rate}: {kind.why_max}; use a rate below {kind.max_rate:g}")
 
 
 def resolve(args):
@@ -259,17 +268,17 @@ def resolve(args):
     One concern at a time: the method, the label noise, the models, the optimiser, the run directory."""
     if not 2 <= args.peers <= len(NAMES):
         raise UserError(f"--peers {args.peers}: must be between 2 (the paper's pair) and {len(NAMES)}")
-    tag = resolve_method(args)
+    resolve_method(args)
     resolve_noise(args)
     archs = resolve_models(args)
     resolve_optimiser(args, archs[0])
-    resolve_out(args, archs, tag)
+    resolve_out(args)
     return args
 
 
 def resolve_method(args):
     """--mode, --eta, --b, --lc and the two controls: refuse what the mode contradicts, fill eta and b from
-    THRESHOLDS and lc. Returns the run name's tag for what was given beyond the mode (-eta, -b, a control)."""
+    THRESHOLDS and lc."""
     if args.eta is not None and math.isnan(args.eta):
         raise UserError("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.eta is not None:
@@ -277,14 +286,16 @@ def resolve_method(args):
             schedule.chi(0, 1, 2, args.eta, 0.0)
         except ValueError as e:
             raise UserError(f"--eta {args.eta:g}: {e}")
-    if args.mode in ("zero", "all") and (args.eta is not None or args.b is not None):
-        raise UserError(f"--mode {args.mode} sets eta itself; use --mode static or progressive to choose --eta/--b")
+    tunable = [m for m, x in MODES.items() if x.tunable]
+    if MODES[args.mode].thresholds is not None and not MODES[args.mode].tunable and (args.eta is not None or
+                                                                                       args.b is not None):
+        raise UserError(f"--mode {args.mode} sets eta itself; use --mode {' or '.join(tunable)} to choose --eta/--b")
     if args.mode in SMALL_LOSS and args.peers != 2:
         raise UserError(f"--mode {args.mode} is defined for a pair of networks, not --peers {args.peers}; drop --peers")
-    if args.mode in ("mkd", "kdcl", *SMALL_LOSS):
+    if MODES[args.mode].thresholds is None:  # no χ: the mode trains on the given labels
         if args.lc not in (None, "ce") or args.eta is not None or args.b is not None:
             raise UserError(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
-                            "use zero/all/static/progressive for those")
+                            f"use {'/'.join(CMD_MODES)} for those")
         args.lc = "ce"
     if (args.select, args.peer_weight) != ("confident", "sum") and args.mode not in CMD_MODES:
         raise UserError(f"--select and --peer-weight are controls of CMD's selection ({', '.join(CMD_MODES)}), not of "
@@ -292,16 +303,14 @@ def resolve_method(args):
     if args.peer_weight == "mean" and args.peers != 2:
         raise UserError(f"--peer-weight mean averages a sample's own term with its one peer's: a pair, not "
                         f"--peers {args.peers}")
-    if args.peer_weight == "mean" and args.lc in OWN_LOSS_LCS:
+    if args.peer_weight == "mean" and args.lc is not None and LABEL_CORRECTIONS[args.lc].loss is not None:
+        targets = [lc for lc, c in LABEL_CORRECTIONS.items() if c.loss is None]
         raise UserError(f"--peer-weight mean averages two cross-entropies with targets, and --lc {args.lc}'s own "
-                        f"term is a loss of its own; use --lc ce, ls, bootsoft, proselflc or mylc")
+                        f"term is a loss of its own; use --lc {', '.join(targets[:-1])} or {targets[-1]}")
     eta, b = THRESHOLDS.get(args.mode, (None, None))
-    tag = "".join(f"-{k}{v:g}" for k, v in (("eta", args.eta), ("b", args.b)) if v is not None)
-    tag += "".join(f"-{v}" for v in (args.select, args.peer_weight) if v not in ("confident", "sum"))
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
-    args.lc = args.lc or "mylc"
-    return tag
+    args.lc = args.lc or Method().lc
 
 
 def resolve_noise(args):
@@ -321,24 +330,25 @@ def resolve_noise(args):
         args.noise_file = args.noise_file or os.path.join(args.data_dir, cifar_n.HUMAN_FILES[args.dataset])
     elif args.noise_file is not None or args.noise_key is not None:
         raise UserError("--noise-file and --noise-key go with --noise human (CIFAR-N)")
+    real_noise = datasets.DATASETS[args.dataset].real_noise
     if args.noise is None:
-        args.noise = "none" if args.dataset in REAL_NOISE else "sym"
-    elif args.noise != "none" and args.dataset in REAL_NOISE:
+        args.noise = "none" if real_noise else "sym"
+    elif args.noise != "none" and real_noise:
         warnings.warn(f"{args.dataset} labels are already noisy; adding {args.noise} noise on top", stacklevel=3)
     if args.rate is None and args.noise != "human":
-        args.rate = 0.0 if args.noise == "none" else 0.4
+        args.rate = RATE if NOISE[args.noise].takes_rate else 0.0
     if args.noise == "none" and args.rate > 0:
-        raise UserError(f"--rate {args.rate} given with --noise none; choose --noise sym or pair")
+        raise UserError(f"--rate {args.rate} given with --noise none; choose --noise {SYNTHETIC.replace('/', ' or ')}")
     if args.mode in SMALL_LOSS and args.forget_rate is None:  # the authors' code: τ = the noise rate
-        if args.noise not in ("sym", "pair"):
+        if not NOISE[args.noise].takes_rate:
             raise UserError(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the "
-                            f"noise rate only for synthetic noise (--noise sym/pair)")
+                            f"noise rate only for synthetic noise (--noise {SYNTHETIC})")
         args.forget_rate = args.rate
 
 
 def resolve_models(args):
     """--arch, one per model (the dataset's default, or one given for all), and --pretrained. Returns the list."""
-    args.arch = DEFAULT_ARCH[args.dataset] if args.arch is None else args.arch
+    args.arch = datasets.DATASETS[args.dataset].arch if args.arch is None else args.arch
     archs = args.arch.split(",")
     if len(archs) not in (1, args.peers):  # one for all the models, or one per model
         raise UserError(f"--arch takes 1 architecture or one per model (--peers {args.peers}), got {len(archs)}: "
@@ -348,12 +358,13 @@ def resolve_models(args):
             raise UserError(f"unknown architecture '{a}' in --arch {args.arch}; choose NAME or one NAME per model from "
                             f"{', '.join(models.ARCHS)}")
     archs = archs * (args.peers // len(archs))
-    if args.pretrained and any(a != "resnet50_imagenet" for a in archs):
-        raise UserError(f"--pretrained loads ImageNet weights into resnet50_imagenet only, not {args.arch}; "
+    if args.pretrained and not all(models.ARCHS[a].pretrained for a in archs):
+        with_weights = [a for a, arch in models.ARCHS.items() if arch.pretrained]
+        raise UserError(f"--pretrained loads ImageNet weights into {', '.join(with_weights)} only, not {args.arch}; "
                         f"drop --pretrained")
     args.arch = ",".join(archs)
     if args.pretrained is None:
-        args.pretrained = args.dataset == "food101" and all(a == "resnet50_imagenet" for a in archs)
+        args.pretrained = datasets.DATASETS[args.dataset].pretrained and all(models.ARCHS[a].pretrained for a in archs)
     return archs
 
 
@@ -378,14 +389,31 @@ def resolve_optimiser(args, arch):
                                     "a 1-epoch run keeps its lr"), stacklevel=3)
 
 
-def resolve_out(args, archs, tag):
-    """--out, or runs/<name>: the data, noise, mode (with tag, resolve_method's), lc, archs and seed."""
+def resolve_out(args):
+    """--out, or runs/<run_name>."""
     if args.out is not None and not args.out.strip():
         raise UserError("--out is empty; give the run directory, or leave --out out for runs/<name>")
     if args.out is None:
-        noise = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
-        noise += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
-        arch_tag = archs[0] if len(set(archs)) == 1 else "+".join(archs)
-        arch_tag += "" if args.peers == 2 else f"-x{args.peers}"  # a cohort
-        args.out = os.path.join("runs", f"{args.dataset}-{noise}-{args.mode}{tag}-{args.lc}-{arch_tag}"
-                                        f"-s{args.seed}")  # --eta and --b, when given, name the run too
+        args.out = os.path.join("runs", run_name(args))
+
+
+def run_name(args, omit=(), lr=None):
+    """A run's folder name from its resolved flags, built here alone: train.py's default --out (runs/<name>) and
+    tools.batched's runs (OUT/<name>, without the parts its grid shares, and with each run's lr). In order: the
+    dataset, the noise, the mode with every knob of Method and Comparators that is not its default (η and b
+    against the mode's, τ against the noise rate), the label correction, the architectures, the seed; so two runs
+    that differ in any knob never share a folder. omit: parts to leave out ("dataset", "arch")."""
+    noise = "none" if args.noise == "none" else "human" if args.noise == "human" else f"{args.noise}{args.rate:g}"
+    noise += f"-{args.noise_key}" if args.noise_key else ""  # CIFAR-10N's label set
+    archs = args.arch.split(",")
+    arch = (archs[0] if len(set(archs)) == 1 else "+".join(archs)) + ("" if args.peers == 2 else f"-x{args.peers}")
+    eta, b = THRESHOLDS.get(args.mode, (None, None))
+    default = {**vars(Method()), **vars(Comparators()), "eta": eta, "b": b, "forget_rate": (
+        args.rate if args.mode in SMALL_LOSS and NOISE[args.noise].takes_rate else None)}
+    knobs = [f.name for f in knobs_of(Method) + knobs_of(Comparators) if f.name not in ("mode", "lc")]
+    method = args.mode + "".join(
+        f"-{getattr(args, k)}" if isinstance(getattr(args, k), str) else f"-{k.replace('_', '-')}{getattr(args, k):g}"
+        for k in knobs if getattr(args, k) != default[k])
+    parts = dict(dataset=args.dataset, noise=noise, method=method, lc=args.lc, arch=arch,
+                 lr=None if lr is None else f"lr{lr}", seed=f"s{args.seed}")
+    return "-".join(v for k, v in parts.items() if v is not None and k not in omit)

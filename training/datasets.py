@@ -1,11 +1,10 @@
 """Datasets, read from the on-disk layouts they are distributed in (paper appendix, "Datasets").
 
-DATASETS     -- the names load_dataset accepts
-load_dataset -- name -> Data (mini-WebVision's loader is webvision.py)
+DATASETS     -- the registry: train.py's --dataset names, each a Dataset (its reader, the torchvision class
+                whose files download.py fetches, its normalisation and flips, its defaults); everything that
+                lists the datasets or asks one of these questions reads it
+load_dataset -- name -> Data: one path for every dataset, locate -> fetch if absent (located) -> read
 Synthetic    -- the settings of the synthetic data set (synthetic.py), load_dataset's `synthetic`
-CIFAR        -- cifar10/cifar100: torchvision's class (folder, files, published md5 sums, reader) and statistics
-IDX          -- fashionmnist/mnist: torchvision's class (raw/ folder, files, reader), statistics, where else to get it
-NO_FLIP      -- the datasets whose paper augmentation is crop-only (batches.Spec(flip=False))
 
 CIFAR-10/100, Fashion-MNIST, MNIST and Food-101 are read by torchvision's dataset classes and readers, and
 downloaded into the folders they read by download.py. What is ours is a one-line DataError for each way the
@@ -23,7 +22,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -40,21 +39,42 @@ from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataE
                              first_line, label_array, open_image, require_file, to_rgb)
 from training.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, Synthetic, make_synthetic
 
-# Datasets whose paper augmentation is crop-only: a mirrored 2, 3, 4, 5, 6, 7 or 9 is no digit
-# at all, so a flip would teach shapes no test image has. Clothes (fashionmnist) and CIFAR's
-# objects are the same thing mirrored, and flip. train.py passes batches.Spec(flip=...) from it.
-NO_FLIP = ("mnist",)
-
-DATASETS = ("cifar100", "cifar10", "fashionmnist", "mnist", "food101", "webvision", "folder", "synthetic")
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic(), mirror=None):
-    """name -> Data. data_dir is unused for "synthetic". Raises DataError on bad input.
+class Dataset(NamedTuple):
+    """One dataset, as train.py's --dataset names it.
 
-    download: fetch cifar100/cifar10/fashionmnist/mnist/food101 into data_dir when they are not there
-    (download.py), from `mirror` (a URL that holds the published files) if given, else from their own sites.
+    read       -- its reader below: (name, data_dir, image_size, download, mirror, synthetic) -> Data
+    title      -- its name in messages
+    arch       -- --arch's default on it (appendix C; the optimisation preset follows from it, presets.py)
+    source     -- the torchvision class whose files, published md5 sums and URLs download.fetch reads, and whose
+                  folder layout the reader reads; None: not published for download (its files are put in place)
+    mean, std  -- the training images' per-channel statistics (None: the reader's own, ImageNet's)
+    flip       -- the paper's augmentation mirrors its images; False: crops only, since a mirrored 2, 3, 4, 5, 6, 7
+                  or 9 is no digit at all (clothes and CIFAR's objects are the same thing mirrored)
+    real_noise -- its given labels are already noisy, so --noise defaults to none
+    pretrained -- --pretrained's default: start from ImageNet weights where the arch has them (the paper's Food-101)
+    elsewhere  -- where else its files can be had, for the message when none are found
+    """
+    read: Callable
+    title: str
+    arch: str
+    source: type | None = None
+    mean: tuple | None = None
+    std: tuple | None = None
+    flip: bool = True
+    real_noise: bool = False
+    pretrained: bool = False
+    elsewhere: str = ""
+
+
+def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic(), mirror=None):
+    """name -> Data, by its reader in DATASETS. data_dir is unused for "synthetic". Raises DataError on bad input.
+
+    download: fetch a dataset with a source into data_dir when it is not there (download.py), from `mirror` (a
+    URL that holds the published files) if given, else from their own sites.
 
     image_size: food101/webvision/folder crop size (default 224/299/224); the side
     of synthetic images (default 32); cifar10/100 accept only None or 32, fashionmnist/mnist
@@ -64,83 +84,92 @@ def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synth
     """
     if name not in DATASETS:
         raise DataError(f"unknown dataset '{name}'; choose from {', '.join(DATASETS)}")
-    if name == "synthetic":
-        try:
-            train, test = make_synthetic(synthetic, image_size or 32)
-        except ValueError as err:
-            raise DataError(str(err)) from err
-        return Data(TensorImages(*train), {"test": TensorImages(*test)}, synthetic.classes,
-                    SYNTHETIC_MEAN, SYNTHETIC_STD)
-    if data_dir is None:
+    if data_dir is None and name != "synthetic":
         raise DataError(f"dataset '{name}' reads files, but no data directory was given; pass --data-dir")
-    data_dir = os.fspath(data_dir)
-    if name in CIFAR:
-        return _cifar(name, data_dir, image_size, download, mirror)
-    if name in IDX:
-        return _idx(name, data_dir, image_size, download, mirror)
-    if name == "food101":
-        return _food101(data_dir, image_size or 224, download, mirror)
-    if name == "webvision":
-        return webvision.load(data_dir, image_size or 299)
-    return _folder(data_dir, image_size)
+    return DATASETS[name].read(name, None if data_dir is None else os.fspath(data_dir), image_size, download,
+                               mirror, synthetic)
+
+
+def located(name, present, where, data_dir, download, mirror, how):
+    """Locate, then fetch if absent: return once present() holds, downloading DATASETS[name]'s published files
+    into data_dir first if need be. Otherwise one DataError that says what is missing (where), why no download
+    brought it, and how to put it there by hand."""
+    if present():
+        return
+    source = DATASETS[name].source
+    if not download:
+        raise DataError(f"{where} not found and download is off; {how}")
+    if source is None:
+        raise DataError(f"{where} not found, and {name} is not published for download; {how}")
+    try:
+        fetch(source, data_dir, mirror)
+    except DataError as err:
+        raise DataError(f"{where} not found, and downloading it failed: {err}; or {how}") from err
+    if not present():
+        raise DataError(f"{where} not found, not even after a download that reported no error; {how}")
+
+
+def _synthetic(name, data_dir, image_size, download, mirror, synthetic):
+    """The synthetic data set (synthetic.py), generated in memory from its settings."""
+    try:
+        train, test = make_synthetic(synthetic, image_size or 32)
+    except ValueError as err:
+        raise DataError(str(err)) from err
+    return Data(TensorImages(*train), {"test": TensorImages(*test)}, synthetic.classes, SYNTHETIC_MEAN, SYNTHETIC_STD)
 
 
 # ------------------------------------------------------------ CIFAR-10/100
 
-class Cifar(NamedTuple):
-    torchvision: type  # its class: base_folder, train_list/test_list/meta with their published md5 sums, filename
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-
-
-CIFAR = {"cifar100": Cifar(tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD),
-         "cifar10": Cifar(tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD)}
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 
 
-def _cifar(name, data_dir, image_size, download, mirror):
+def _cifar(name, data_dir, image_size, download, mirror, synthetic):
     """The official python pickles, read by torchvision's class: <data_dir>/cifar-100-python/{train,test,meta} or
     <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}."""
-    c = CIFAR[name].torchvision
+    d = DATASETS[name]
+    c = d.source
     if image_size not in (None, 32):
         raise DataError(f"{name} images are 32x32, got --image-size {image_size}; leave it unset")
     folder = os.path.join(data_dir, c.base_folder)
     inside = os.path.basename(os.path.normpath(data_dir))
-    if not os.path.isdir(folder) and inside in {x.torchvision.base_folder for x in CIFAR.values()}:
+    folders = {x.source.base_folder: n for n, x in DATASETS.items() if x.read is _cifar}
+    if not os.path.isdir(folder) and inside in folders:
         # --data-dir names the extracted folder instead of its parent: say so now, rather than
         # "not found", or a download of the archive into the dataset's own folder
         parent = os.path.dirname(os.path.normpath(data_dir)) or os.curdir
-        other = next(n for n, x in CIFAR.items() if x.torchvision.base_folder == inside)
+        other = folders[inside]
         raise DataError(f"--data-dir {data_dir} is the {inside}/ folder itself; pass the folder that holds it: "
                         f"--data-dir {parent}" if other == name else
                         f"--data-dir {data_dir} is {other}'s {inside}/ folder itself, and {name} needs "
                         f"{c.base_folder}/; pass the folder that holds {c.base_folder}/ (for --dataset {other}: "
                         f"--data-dir {parent})")
-    if not os.path.isdir(folder):
-        how = f"put the extracted {c.base_folder}/ folder (from {c.filename}, {CIFAR_URL}) under --data-dir"
-        if not download:
-            raise DataError(f"{name} folder {folder} not found and download is off; {how}")
-        try:
-            fetch(name, data_dir, mirror)
-        except DataError as err:
-            raise DataError(f"{name} folder {folder} not found, and downloading it failed: {err}; or {how}") from err
-    # torchvision checks each pickle against its published md5 before pickle.load: that check is what makes
-    # unpickling them safe, and a file that fails it is named below.
+    located(name, lambda: os.path.isdir(folder), f"{name} folder {folder}", data_dir, download, mirror,
+            f"put the extracted {c.base_folder}/ folder (from {c.filename}, {CIFAR_URL}) under --data-dir")
+    # Each pickle is checked against its published md5 once, here, before anything unpickles it: that check is
+    # what makes unpickling them safe, and a file that fails it is named. torchvision's class would hash every
+    # file again for each split it reads; told they are checked, it reads them (and checks its 1.5 KB meta file,
+    # once a split, before unpickling it).
+    bad = _not_published(c, folder)
+    if bad is not None:
+        raise bad
+    checked = type(c.__name__, (c,), dict(_check_integrity=lambda self: True))
     try:
-        sets = [c(data_dir, train=split) for split in (True, False)]
-    except RuntimeError as err:
-        raise _not_published(c, folder) from err
+        sets = [checked(data_dir, train=split) for split in (True, False)]
+    except RuntimeError as err:  # the meta file missing or not the published one: named, hashing it once more
+        raise _not_published(c, folder, [(c.meta["filename"], c.meta["md5"])]) or DataError(
+            f"torchvision cannot read {folder} ({first_line(err)}); re-extract {c.filename}") from err
     # torchvision's data is (N, 32, 32, 3), a view of the files' rows (R plane, G, B, each 32x32): permute back
     # to that memory, (N, 3, 32, 32), without a copy.
     train, test = [TensorImages(torch.from_numpy(s.data).permute(0, 3, 1, 2).contiguous(), label_array(s.targets))
                    for s in sets]
-    return Data(train, {"test": test}, len(sets[0].classes), CIFAR[name].mean, CIFAR[name].std)
+    return Data(train, {"test": test}, len(sets[0].classes), d.mean, d.std)
 
 
-def _not_published(c, folder):
-    """The DataError for a CIFAR folder that torchvision refused: the first file missing or not the published one."""
+def _not_published(c, folder, files=None):
+    """The DataError for the first of the CIFAR files (default: the data files, train_list + test_list) missing or
+    not the published one, each hashed once; None when every one is published."""
     fix = f"re-extract {c.filename} (or delete {folder} and let it download again)"
-    for file, md5 in c.train_list + c.test_list + [(c.meta["filename"], c.meta["md5"])]:
+    for file, md5 in c.train_list + c.test_list if files is None else files:
         path = os.path.join(folder, file)
         if not os.path.isfile(path):
             return DataError(f"CIFAR file {path} not found; {fix}")
@@ -148,32 +177,15 @@ def _not_published(c, folder):
         if got != md5:
             return DataError(f"{path} is not the published file (md5 {got}, published {md5}), so it is not "
                              f"unpickled; {fix}")
-    return DataError(f"torchvision cannot read {folder}; {fix}")
+    return None
 
 
 # ------------------------------------------------------- Fashion-MNIST, MNIST
 
-class Idx(NamedTuple):
-    torchvision: type  # its class: <data_dir>/<its name>/raw/, where its download puts the four files
-    title: str         # the name in messages
-    mean: float        # of the training images' pixels, in [0, 1]
-    std: float
-    elsewhere: str     # where else the files can be had, for the message when none are found
-
-
-IDX = {
-    "fashionmnist": Idx(tv.FashionMNIST, "Fashion-MNIST", 0.2860, 0.3530,
-                        "on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
-                        "/usr/share/datasets/fashion-mnist/ (pass --data-dir /usr/share/datasets/fashion-mnist)"),
-    "mnist": Idx(tv.MNIST, "MNIST", 0.1307, 0.3081,
-                 "Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the four "
-                 "files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) makes, from a "
-                 "machine with internet into --data-dir"),
-}
 IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
              "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 IDX_CLASSES = 10
-IDX_TRAIN = 60000  # both datasets' training set size
+IDX_TRAIN = 60000  # the training set size of every IDX dataset here
 
 # Representation: the gray channel is repeated to three, uint8 (N, 3, 28, 28) contiguous, as
 # every TensorImages is. Every model in models.py takes 3 channels (their first conv, and
@@ -182,26 +194,17 @@ IDX_TRAIN = 60000  # both datasets' training set size
 # channel) and change nothing else. mean/std are the training set's, the same on each channel.
 
 
-def _idx(name, data_dir, image_size, download, mirror):
+def _idx(name, data_dir, image_size, download, mirror, synthetic):
     """The four IDX files, each plain or gzipped, in <data_dir> itself (Debian's dataset-fashion-mnist installs
     them so) or in torchvision's <data_dir>/FashionMNIST/raw/ (<data_dir>/MNIST/raw/ for mnist), the first place
     that has all four, read by torchvision's readers. None there and download: fetch them into raw/ (download.py)."""
-    c = IDX[name]
-    raw = os.path.join(data_dir, c.torchvision.__name__, "raw")
-    files = _find_idx((data_dir, raw))
-    if files is None:
-        failed = " and download is off"
-        if download:
-            try:
-                fetch(name, data_dir, mirror)
-                files = _find_idx((data_dir, raw))
-                failed = ", not even after a download that reported no error"
-            except DataError as err:
-                failed = f", and downloading them failed: {err}"
-        if files is None:
-            names = ", ".join(n for pair in IDX_FILES.values() for n in pair)
-            raise DataError(f"{c.title} files {names} (each plain or .gz) not found in {data_dir} or {raw}{failed}; "
-                            f"{c.elsewhere}")
+    d = DATASETS[name]
+    places = (data_dir,) + ((os.path.join(data_dir, d.source.__name__, "raw"),) if d.source else ())
+    names = ", ".join(n for pair in IDX_FILES.values() for n in pair)
+    located(name, lambda: _find_idx(places) is not None,
+            f"{d.title} files {names} (each plain or .gz) in {' or '.join(places)}", data_dir, download, mirror,
+            d.elsewhere)
+    files = _find_idx(places)
     splits = {}
     for split, (images_name, labels_name) in IDX_FILES.items():
         images_path, labels_path = files[images_name], files[labels_name]
@@ -210,28 +213,30 @@ def _idx(name, data_dir, image_size, download, mirror):
         if split == "test" and (rows, cols) != splits["train"].images.shape[2:]:
             h, w = splits["train"].images.shape[2:]
             raise DataError(f"{images_path} holds {rows}x{cols} images, {files['train-images-idx3-ubyte']} "
-                            f"{h}x{w}; put the four files of one copy of {c.title} together")
+                            f"{h}x{w}; put the four files of one copy of {d.title} together")
         if len(y) != n or n == 0:
             raise DataError(f"{labels_path} holds {len(y)} labels for the {n} images of {images_path}; "
-                            f"put the four files of one copy of {c.title} together")
+                            f"put the four files of one copy of {d.title} together")
         if y.max() >= IDX_CLASSES:
             i = int(torch.argmax((y >= IDX_CLASSES).int()))
             raise DataError(f"{labels_path}: label {int(y[i])} at index {i} is outside 0..{IDX_CLASSES - 1}; "
-                            f"replace the file with an intact copy of {c.title}'s")
+                            f"replace the file with an intact copy of {d.title}'s")
         # One gray channel -> three identical ones (see the note above); np.repeat makes a new contiguous
         # array, and four times as fast as torch's repeat.
         splits[split] = TensorImages(torch.from_numpy(np.repeat(x.numpy()[:, None], 3, axis=1)), y.numpy())
     mean = float(splits["train"].images[:, 0].float().mean()) / 255
-    other = next(o for o in IDX if o != name)
-    if len(splits["train"].labels) == IDX_TRAIN and abs(mean - IDX[other].mean) < abs(mean - c.mean):
-        # The two datasets' files have the same names; their full training sets' mean pixel tells them apart.
+    idx = {n: x for n, x in DATASETS.items() if x.read is _idx}
+    nearest = min(idx, key=lambda n: abs(mean - idx[n].mean[0]))
+    if len(splits["train"].labels) == IDX_TRAIN and nearest != name:
+        # The IDX datasets' files have the same names; their full training sets' mean pixel tells them apart.
+        other = idx[nearest]
         raise DataError(f"the files in {os.path.dirname(files['train-images-idx3-ubyte'])} look like "
-                        f"{IDX[other].title}'s (mean pixel {mean:.3f}; {IDX[other].title} {IDX[other].mean}, "
-                        f"{c.title} {c.mean}): use --dataset {other}, or point --data-dir at {c.title}'s files")
+                        f"{other.title}'s (mean pixel {mean:.3f}; {other.title} {other.mean[0]}, "
+                        f"{d.title} {d.mean[0]}): use --dataset {nearest}, or point --data-dir at {d.title}'s files")
     side = splits["train"].images.shape[2:]
     if image_size is not None and (image_size, image_size) != tuple(side):
         raise DataError(f"{name} images are {side[0]}x{side[1]}, got --image-size {image_size}; leave it unset")
-    return Data(splits["train"], {"test": splits["test"]}, IDX_CLASSES, (c.mean,) * 3, (c.std,) * 3)
+    return Data(splits["train"], {"test": splits["test"]}, IDX_CLASSES, d.mean, d.std)
 
 
 def _find_idx(places):
@@ -270,19 +275,12 @@ def _read_idx(read, path):
 
 # ------------------------------------------------------------------- Food-101
 
-def _food101(data_dir, size, download, mirror):
+def _food101(name, data_dir, image_size, download, mirror, synthetic):
     """torchvision's Food101 on <data_dir>/food-101/{meta/{train,test}.json, images/}."""
-    root = os.path.join(data_dir, "food-101")
+    root, size = os.path.join(data_dir, "food-101"), image_size or 224
     meta, images = os.path.join(root, "meta"), os.path.join(root, "images")
-    if not (os.path.isdir(meta) and os.path.isdir(images)):
-        how = ("put the extracted food-101/ folder (food-101.tar.gz, "
-               "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir")
-        if not download:
-            raise DataError(f"Food-101 folders {meta} and {images} not found and download is off; {how}")
-        try:  # 5 GB
-            fetch("food101", data_dir, mirror)
-        except DataError as err:
-            raise DataError(f"Food-101 not found at {root}, and downloading it failed: {err}; or {how}") from err
+    located(name, lambda: os.path.isdir(meta) and os.path.isdir(images), f"Food-101 folders {meta} and {images}",
+            data_dir, download, mirror, DATASETS[name].elsewhere)  # 5 GB
     splits = {}
     for split in ("train", "test"):
         path = os.path.join(meta, f"{split}.json")
@@ -303,7 +301,12 @@ def _food101(data_dir, size, download, mirror):
 
 # -------------------------------------------------------------- image folder
 
-def _folder(data_dir, image_size, small=64):
+def _webvision(name, data_dir, image_size, download, mirror, synthetic):
+    """mini-WebVision (webvision.py), never downloaded: its files are put in place by hand."""
+    return webvision.load(data_dir, image_size or 299)
+
+
+def _folder(name, data_dir, image_size, download, mirror, synthetic, small=64):
     """torchvision ImageFolder layout <data_dir>/{train,test}/<class>/<image>.
 
     Folders of small images (<= 64 px, or image_size <= 64) are decoded once into
@@ -369,3 +372,21 @@ def _folder(data_dir, image_size, small=64):
     return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
 
 
+DATASETS = {
+    "cifar100": Dataset(_cifar, "CIFAR-100", "resnet34", tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD),
+    "cifar10": Dataset(_cifar, "CIFAR-10", "resnet34", tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD),
+    "fashionmnist": Dataset(_idx, "Fashion-MNIST", "resnet18", tv.FashionMNIST, (0.2860,) * 3, (0.3530,) * 3,
+                            elsewhere="on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
+                                      "/usr/share/datasets/fashion-mnist/ (pass --data-dir "
+                                      "/usr/share/datasets/fashion-mnist)"),
+    "mnist": Dataset(_idx, "MNIST", "cnn", tv.MNIST, (0.1307,) * 3, (0.3081,) * 3, flip=False,
+                     elsewhere="Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the "
+                               "four files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) "
+                               "makes, from a machine with internet into --data-dir"),
+    "food101": Dataset(_food101, "Food-101", "resnet50_imagenet", tv.Food101, real_noise=True, pretrained=True,
+                       elsewhere="put the extracted food-101/ folder (food-101.tar.gz, "
+                                 "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir"),
+    "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True),
+    "folder": Dataset(_folder, "an image folder", "resnet18"),
+    "synthetic": Dataset(_synthetic, "synthetic", "cnn"),
+}

@@ -1,6 +1,8 @@
 """Fetching a dataset that is not on disk yet (paper appendix, "Datasets"): what torchvision's CIFAR-100, CIFAR-10,
 Fashion-MNIST, MNIST and Food-101 classes download, from their own sites or from --data-mirror.
 
+published          -- the files, md5 sums and URLs a torchvision dataset class publishes (datasets.DATASETS names
+                      each dataset's class; this module knows no dataset by name)
 fetch              -- download each file, check its published md5, extract it with torchvision, move it into the
                       folder torchvision's class reads; a failure leaves --data-dir as it was
 DownloadError      -- a DataError whose one line says which failed: the network (no whole file came) or the
@@ -34,7 +36,6 @@ import urllib.parse
 import urllib.request
 import zlib
 
-from torchvision import datasets as tv
 from torchvision.datasets.utils import extract_archive
 
 from training.images import DataError, first_line
@@ -43,16 +44,19 @@ TIMEOUT = 60  # seconds without a byte before a download counts as failed
 CHUNK = 1 << 20
 
 
-def published(name):
-    """torchvision's files for dataset `name`: ([(file, md5, [its URLs])], the folder they end up in under
-    data_dir, whether that folder comes out of one archive). Read from the classes now, not at import."""
-    if name in ("cifar100", "cifar10"):
-        c = tv.CIFAR100 if name == "cifar100" else tv.CIFAR10
+def published(c):
+    """The files torchvision's dataset class c publishes: ([(file, md5, [its URLs])], the folder they end up in under
+    data_dir, whether that folder comes out of one archive). Read from the class now, not at import, in the three
+    forms torchvision's classes publish them: one archive (CIFAR's), one archive at _URL (Food-101's), or IDX files
+    at mirrors (MNIST's and its kind). Any other class: a DataError, and nothing fetched."""
+    if all(hasattr(c, a) for a in ("filename", "tgz_md5", "url", "base_folder")):
         return [(c.filename, c.tgz_md5, [c.url])], c.base_folder, True
-    if name == "food101":
-        return [(os.path.basename(tv.Food101._URL), tv.Food101._MD5, [tv.Food101._URL])], "food-101", True
-    c = tv.FashionMNIST if name == "fashionmnist" else tv.MNIST
-    return [(f, md5, [site + f for site in c.mirrors]) for f, md5 in c.resources], os.path.join(c.__name__, "raw"), False
+    if all(hasattr(c, a) for a in ("_URL", "_MD5")):
+        return [(os.path.basename(c._URL), c._MD5, [c._URL])], "food-101", True
+    if all(hasattr(c, a) for a in ("resources", "mirrors")):
+        return [(f, md5, [site + f for site in c.mirrors]) for f, md5 in c.resources], os.path.join(c.__name__, "raw"), False
+    raise DataError(f"torchvision's {c.__name__} publishes its files in a form this project does not fetch; put them "
+                    f"in place by hand")
 
 
 class DownloadError(DataError):
@@ -63,14 +67,15 @@ class _NoFile(Exception):
     """One URL gave no whole file."""
 
 
-def fetch(name, data_dir, mirror=None):
-    """Download dataset `name` into data_dir/<its folder>, from `mirror` if given, else from torchvision's URLs.
+def fetch(c, data_dir, mirror=None):
+    """Download the files of torchvision's dataset class c (published) into data_dir/<its folder>, from `mirror` if
+    given, else from the class's own URLs.
 
     Every file goes to a staging folder under data_dir first; the dataset's folder appears only after each file
     has come whole, matched its md5 and been extracted. Whatever fails, the staging folder is removed, and so is
     every folder this call made. Raises DownloadError (network, integrity), DataError (a disk error).
     """
-    files, folder, archive = published(name)
+    files, folder, archive = published(c)
     target = os.path.join(data_dir, folder)
     if mirror and urllib.parse.urlsplit(mirror).scheme not in ("http", "https", "file"):
         raise DataError(f"--data-mirror {mirror} is not a URL; give one that starts with http://, https:// or file://")

@@ -103,8 +103,8 @@ class Replayed:
     each batch shape on a side stream, then one capture per key, replayed every step) or "compile"
     (torch.compile of the step, COMPILE's options). Called as the step is; returns new tensors each step.
 
-    chi, t/Γ and r are copied into one set of static device tensors before every step (chi: a float, or one
-    per run as tools.batched gives it); each graph copies the batch into its own. The clock the replay reads is a namespace holding t/Γ as that tensor, and, for the
+    chi, t/Γ and r are copied into one set of static device tensors before every step (chi: one per model, as
+    Method.chis_at gives it, or one per run and model as tools.batched gives it); each graph copies the batch into its own. The clock the replay reads is a namespace holding t/Γ as that tensor, and, for the
     small-loss comparators, the host numbers of the first clock of its key (the others give the same key).
     """
 
@@ -148,10 +148,15 @@ class Replayed:
     def load(self, k, chi, r, clock):
         """Copy this step's chi, t/Γ and r into the static tensors; the clock the replay reads, for key k.
         fill_ and copy_ on the device: nothing waits for it."""
-        if chi is not None:  # a float (train.py), or a tensor of each run's chi (tools.batched)
+        if chi is not None:  # each model's (train.py: a tuple of floats), or each run's (tools.batched: (R, M))
             if self.chi is None:
-                self.chi = torch.zeros(getattr(chi, "shape", ()), dtype=torch.float64, device=self.device)
-            self.chi.copy_(chi) if torch.is_tensor(chi) else self.chi.fill_(chi)
+                self.chi = torch.zeros(chi.shape if torch.is_tensor(chi) else len(chi), dtype=torch.float64,
+                                       device=self.device)
+            if torch.is_tensor(chi):
+                self.chi.copy_(chi)
+            else:  # fill_ takes a host number as a kernel argument: no copy from the host, nothing waits
+                for static, c in zip(self.chi, chi):
+                    static.fill_(c)
         self.progress.fill_(clock.progress)
         if self.r is None:
             self.r = [torch.empty_like(r_k) for r_k in r]

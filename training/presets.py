@@ -1,24 +1,23 @@
 """Appendix C's optimisation settings per dataset and architecture: one table that both config.resolve and
 train.py --help read.
 
-Preset, PRESETS  -- the table; the first row that matches the dataset and model A's arch wins
+Preset, PRESETS  -- the table; the first row that matches the dataset and model A's arch's schedule wins
 preset           -- the settings of a dataset and architecture
 scale_milestones -- a preset's milestones at the same fractions of a shorter or longer run
 presets_help     -- the table as --help prints it
-DEFAULT_ARCH, REAL_NOISE -- each dataset's default architecture; the datasets whose labels are already noisy
+(each dataset's default architecture is its record's, datasets.DATASETS; each architecture's schedule is its
+record's, models.ARCHS)
 """
 import math
 from typing import NamedTuple
 
-REAL_NOISE = ("food101", "webvision")  # datasets whose given labels are already noisy
-DEFAULT_ARCH = {"cifar100": "resnet34", "food101": "resnet50_imagenet", "webvision": "inception_resnet_v2",
-                "folder": "resnet18", "synthetic": "cnn", "cifar10": "resnet34",
-                "fashionmnist": "resnet18", "mnist": "cnn"}
+from models import ARCHS
+from training.errors import UserError
 
 
 class Preset(NamedTuple):
     dataset: str | None            # None: any dataset
-    archs: tuple[str, ...] | None  # None: any architecture (of model A)
+    schedule: str | None           # the schedule models.ARCHS names for model A's arch; None: any
     epochs: int
     batch_size: int
     lr: float
@@ -29,26 +28,31 @@ class Preset(NamedTuple):
     why: str
 
 
-# Appendix C's optimisation settings. The first row that matches the dataset and model A's arch wins;
-# every flag given on the command line overrides its entry. Both preset() and --help read this table.
+# Appendix C's optimisation settings. The first row that matches the dataset and the schedule of model A's arch
+# (models.ARCHS) wins; every flag given on the command line overrides its entry. Both preset() and --help read
+# this table.
 PRESETS = [
     Preset("food101", None, 100, 32, 0.01, (50, 80), 0.1, 0.9, 5e-4, "the paper's 90/10 split is --val-split 0.1"),
     Preset("webvision", None, 80, 32, 0.01, (40,), 0.1, 0.9, 5e-4,
            "'divided by 10 in each epoch after the 40th' read as one /10 at 40; "
            "--milestones 40,41,...,79 for the literal reading"),
-    Preset(None, ("resnet50",), 200, 64, 0.01, (40, 80), 0.1, 0.9, 1e-3,
+    Preset(None, "resnet50", 200, 64, 0.01, (40, 80), 0.1, 0.9, 1e-3,
            "'the same settings as CDR' (Xia et al. 2021), from CDR's public code"),
-    Preset(None, ("resnet18", "shufflenetv2"), 200, 128, 0.1, (60, 120, 160), 0.2, 0.9, 5e-4,
+    Preset(None, "resnet18", 200, 128, 0.1, (60, 120, 160), 0.2, 0.9, 5e-4,
            "'ShuffleNetV2 and ResNet28' read as ResNet18"),
-    Preset(None, ("cnn", "mlp"), 20, 128, 0.05, (10, 15), 0.1, 0.9, 5e-4, "not in the paper: a short schedule for CPU runs"),
-    Preset(None, None, 100, 128, 0.1, (50, 80), 0.1, 0.9, 5e-4, "ResNet34 in the paper, and any other arch"),
+    Preset(None, "cpu", 20, 128, 0.05, (10, 15), 0.1, 0.9, 5e-4, "not in the paper: a short schedule for CPU runs"),
+    Preset(None, "resnet34", 100, 128, 0.1, (50, 80), 0.1, 0.9, 5e-4, "ResNet34, the paper's main setting"),
 ]
 PRESET_FLAGS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "momentum", "weight_decay")
 
 
 def preset(dataset, arch):
-    """The first row of PRESETS for this dataset and arch, as {flag dest: value}."""
-    row = next(p for p in PRESETS if p.dataset in (None, dataset) and (p.archs is None or arch in p.archs))
+    """The first row of PRESETS for this dataset and arch (models.ARCHS), as {flag dest: value}."""
+    schedule = ARCHS[arch].schedule
+    row = next((p for p in PRESETS if p.dataset in (None, dataset) and p.schedule in (None, schedule)), None)
+    if row is None:  # an architecture whose schedule has no row: said, never another's settings
+        raise UserError(f"--arch {arch}: its schedule '{schedule}' (models.ARCHS) names no row of "
+                        f"training/presets.py's PRESETS; add the row, or give the arch an existing schedule")
     return {k: list(v) if k == "milestones" else v for k, v in row._asdict().items() if k in PRESET_FLAGS}
 
 
@@ -62,7 +66,8 @@ def scale_milestones(milestones, preset_epochs, epochs):
 def presets_help():
     lines = ["optimisation presets (appendix C; the first matching row wins, any flag given overrides it):"]
     for p in PRESETS:
-        where = f"{p.dataset or 'any dataset'} + {'/'.join(p.archs) if p.archs else 'any arch'}"
+        archs = [a for a, arch in ARCHS.items() if arch.schedule == p.schedule]
+        where = f"{p.dataset or 'any dataset'} + {'/'.join(archs) if p.schedule else 'any arch'}"
         decay = f"x{p.lr_decay:g} at {', '.join(map(str, p.milestones))}"
         lines.append(f"  {where:36s} {p.epochs} epochs, lr {p.lr:g} {decay}, batch {p.batch_size}, "
                      f"SGD momentum {p.momentum:g}, wd {p.weight_decay:g}\n  {'':36s} ({p.why})")

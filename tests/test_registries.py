@@ -1,0 +1,234 @@
+"""One place per choice: each axis of the method and the data is one registry in the file of its concept, and an
+entry added there alone reaches every place that reads the axis. For each axis a fixture adds an entry (a label
+correction, an architecture, a noise kind, a dataset in its real files) and trains one CPU epoch with it through
+train.main, checking that the entry, not a default, did the training; every knob of the method changes what a
+step computes in some mode, so a knob that reaches Method but not the loss fails; the docs' lists of choices are
+the registries'; a dataset is fetched only from its own published files."""
+import dataclasses
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from test_mnist import write_idx
+from torchvision import datasets as tv
+
+import label_correction
+import models
+import mutual
+import noise
+import train
+from mutual import Clock, Comparators, Method, Precision, mutual_step
+from tools import plot
+from training import config, datasets, download, presets
+from training.images import DataError
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ONE_EPOCH = ["--dataset", "synthetic", "--arch", "mlp", "--epochs", "1", "--synthetic-size", "64",
+             "--synthetic-test-size", "32", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu",
+             "--workers", "0"]
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_label_correction_added_to_its_registry_trains(tmp_path, monkeypatch):
+    calls = []
+
+    def capped(q, p, h, r, progress, m):  # MyLC with ε at most 0.5
+        calls.append(1)
+        eps = (label_correction.mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h) - q).norm() / (p - q).norm().clamp_min(1e-12)
+        eps = eps.clamp(max=0.5)
+        return (1 - eps) * q + eps * p
+    monkeypatch.setitem(label_correction.LABEL_CORRECTIONS, "mylc-capped", label_correction.Correction(
+        "MyLC (ε ≤ 0.5)", target=capped))
+    out = str(tmp_path / "run")
+    train.main(ONE_EPOCH + ["--lc", "mylc-capped", "--out", out])
+    assert calls and json.load(open(os.path.join(out, "config.json")))["lc"] == "mylc-capped"
+    assert plot.describe(json.load(open(os.path.join(out, "config.json"))))["lc"] == "MyLC (ε ≤ 0.5)"  # plots read its name
+    assert "mylc-capped" in config.parser().format_help()
+
+
+def test_an_architecture_added_to_its_registry_trains_on_its_own_preset(tmp_path, monkeypatch, capsys):
+    built = []
+
+    def tiny(k, pretrained):
+        built.append(k)
+        return nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(48, k))
+    monkeypatch.setitem(models.ARCHS, "tiny", models.Arch(tiny, "cpu"))
+    out = str(tmp_path / "run")
+    train.main([a if a != "mlp" else "tiny" for a in ONE_EPOCH] + ["--out", out])
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert built == [4, 4] and cfg["arch"] == "tiny,tiny" and cfg["lr"] == presets.preset("synthetic", "mlp")["lr"]
+    monkeypatch.setitem(models.ARCHS, "tiny", models.Arch(tiny, "no-such-schedule"))  # no row: one line, no guess
+    with pytest.raises(SystemExit) as e:
+        train.main([a if a != "mlp" else "tiny" for a in ONE_EPOCH] + ["--out", str(tmp_path / "other")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "schedule 'no-such-schedule'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_noise_kind_added_to_its_registry_trains_on_its_own_labels(tmp_path, monkeypatch):
+    def two_up(rate, k):  # a label moves two classes up
+        return (1 - rate) * np.eye(k) + rate * np.roll(np.eye(k), 2, axis=1)
+    monkeypatch.setitem(noise.NOISE, "up2", noise.NoiseKind("two-up", two_up))
+    out = str(tmp_path / "run")
+    train.main(ONE_EPOCH + ["--noise", "up2", "--rate", "0.5", "--out", out])
+    given = np.load(os.path.join(out, "noisy_labels.npy"))
+    clean = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=64, test_size=32, classes=4)
+                                  ).train.labels
+    flipped = given != clean
+    assert 0.3 < flipped.mean() < 0.7 and np.array_equal(given[flipped], (clean[flipped] + 2) % 4)
+    assert plot.describe(json.load(open(os.path.join(out, "config.json"))))["noise"] == "50% two-up noise"
+
+
+KMNIST = datasets.Dataset(datasets.DATASETS["mnist"].read, "KMNIST", "mlp", tv.KMNIST, (0.1918,) * 3, (0.3483,) * 3,
+                          flip=False)
+
+
+def test_a_dataset_added_to_its_registry_reads_its_real_files_and_trains(tmp_path, monkeypatch):
+    monkeypatch.setitem(datasets.DATASETS, "kmnist", KMNIST)
+    sets = write_idx(tmp_path / "KMNIST" / "raw", n_train=40, n_test=20)  # where torchvision's KMNIST keeps them
+    out = str(tmp_path / "run")
+    train.main(["--dataset", "kmnist", "--data-dir", str(tmp_path), "--epochs", "1", "--batch-size", "16",
+                "--device", "cpu", "--workers", "0", "--noise", "none", "--out", out])
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert cfg["arch"] == "mlp,mlp" and len(metrics(out)) == 1  # its own default arch
+    d = datasets.load_dataset("kmnist", tmp_path)
+    assert np.array_equal(d.train.labels, sets["train"][1]) and d.mean == KMNIST.mean
+
+
+def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkeypatch, capsys):
+    # KMNIST's files have MNIST's names: its download must be KMNIST's, never MNIST's under another name
+    files, folder, archive = download.published(tv.KMNIST)
+    assert folder == os.path.join("KMNIST", "raw") and not archive
+    assert [f for f, _, _ in files] == [f for f, _ in tv.KMNIST.resources]
+    assert all(url.startswith(tuple(tv.KMNIST.mirrors)) for _, _, urls in files for url in urls)
+    assert not set(md5 for _, md5, _ in files) & set(md5 for _, md5 in tv.MNIST.resources)
+    for name, source in (("unpublished", None), ("svhn", tv.SVHN)):  # no source; a class of another form
+        monkeypatch.setitem(datasets.DATASETS, name, KMNIST._replace(source=source))
+        with pytest.raises(SystemExit) as e:  # refused in one line, before any request
+            train.main(["--dataset", name, "--data-dir", str(tmp_path / "data"), "--data-mirror", "http://127.0.0.1:9/",
+                        "--device", "cpu", "--out", str(tmp_path / "run")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+        assert ("not published for download" if source is None else "publishes its files in a form") in err
+        assert "network failure" not in err and not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+    with pytest.raises(DataError, match="unknown dataset 'nope'"):
+        datasets.load_dataset("nope", tmp_path)
+
+
+# ---------------------------------------------------------------- every knob reaches what a step computes
+
+KNOBS = [(kind, f) for kind in (Method, Comparators) for f in dataclasses.fields(kind)
+         if f.name not in ("mode", "lc", "comparators")]  # the axes are the registries, tested above
+
+
+def other_value(f):
+    """A valid value of knob f other than its default."""
+    if f.name == "select":
+        return "shuffled"
+    if f.name == "peer_weight":
+        return "mean"
+    check = f.metadata["check"][0] if f.metadata["check"] else (lambda v: True)
+    default = 0.2 if f.default is None else f.default  # forget_rate: the noise rate a run gives it
+    if isinstance(default, int):  # epochs: num_gradual, coteach_plus_init
+        return default // 2 if default > 1 else default + 5
+    for v in (default * 0.5, default + 0.3, 2 * default + 1, 0.3, 2.0, -3.0):
+        if v != default and check(v):
+            return v
+    raise AssertionError(f"no other valid value found for {f.name}")
+
+
+def step_of(method, m=2):
+    """What one training step computes (its sums) for this method: train.py's step on a fixed batch of 64 for a
+    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, in epoch 2 of 10 (t/Γ = 0.125: Eq. 7's
+    b, ProSelfLC's transit and the comparators' R(t) all matter there). The inputs' scales spread the predictions'
+    entropies over [0, ln K], so that a χ that moves moves the selection."""
+    torch.manual_seed(0)
+    nets = [nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)) for _ in range(m)]
+    with torch.no_grad():
+        nets[0][3].weight.mul_(4)  # confident and unconfident predictions both
+    opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in nets]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 3, 2, 2, generator=g) * torch.linspace(0.05, 8, 64)[:, None, None, None]
+    y = torch.randint(0, 4, (64,), generator=g)
+    clock = Clock(1, 1, 4, 10, 0)
+    precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
+    sums, _ = mutual_step(nets, opts, (x, y, (y + 1) % 4), method, method.chis_at(clock.t, clock.epochs, 4, m),
+                          [torch.tensor(0.6), torch.tensor(0.8)][:m], clock, precision)
+    return sums
+
+
+@pytest.mark.parametrize("kind,f", KNOBS, ids=[f.name for _, f in KNOBS])
+def test_every_knob_of_the_method_changes_what_a_step_computes(kind, f):
+    # a knob added to Method or Comparators but read by nothing the step computes fails here, whatever its name
+    tau = Comparators(forget_rate=0.2)
+    for mode, x in mutual.MODES.items():
+        for lc in mutual.LCS if x.thresholds else ("ce",):
+            if f.name == "peer_weight" and label_correction.LABEL_CORRECTIONS[lc].loss is not None:
+                continue  # --peer-weight mean is for targets (config refuses the others)
+            eta, b = x.thresholds or (None, None)
+            base = Method(mode=mode, lc=lc, eta=eta, b=b if b is None else -5.0, comparators=tau)
+            if kind is Method:
+                changed = dataclasses.replace(base, **{f.name: other_value(f)})
+            else:
+                changed = dataclasses.replace(base, comparators=dataclasses.replace(tau, **{f.name: other_value(f)}))
+            if not torch.equal(step_of(base), step_of(changed)):
+                return
+    pytest.fail(f"{f.name} = {other_value(f)} changes nothing a training step computes, in any mode and label "
+                f"correction: it reaches Method but not the loss")
+
+
+# ---------------------------------------------------------------- the docs list what the registries hold
+
+def choices():
+    """{flag: its choices} of train.py's parser for the flags whose choices are registries."""
+    p = config.parser()
+    return {a.option_strings[0]: set(a.choices) for a in p._actions if a.choices and a.option_strings and
+            a.option_strings[0] in ("--mode", "--lc", "--noise", "--dataset", "--select", "--peer-weight")}
+
+
+def test_the_parser_offers_what_the_registries_hold():
+    got = choices()
+    assert got["--mode"] == set(mutual.MODES) and got["--lc"] == set(label_correction.LABEL_CORRECTIONS)
+    assert got["--noise"] == set(noise.NOISE) and got["--dataset"] == set(datasets.DATASETS)
+    assert plot.title("mode", "progressive") == "CMD-P" and plot.title("lc", "bootsoft") == "Boot-soft"
+    for name, arch in models.ARCHS.items():  # every architecture is trained by a preset row of its own schedule
+        assert any(p.schedule == arch.schedule for p in presets.PRESETS), name
+    for name, d in datasets.DATASETS.items():
+        assert d.arch in models.ARCHS, name
+
+
+def test_the_docs_lists_of_choices_are_the_registries():
+    """docs/training.md's flag list names every choice, and no doc names a choice that does not exist."""
+    got = choices()
+    manual = open(os.path.join(HERE, "docs", "training.md")).read()
+    for flag, allowed in got.items():
+        listed = re.findall(re.escape(flag) + r" \{([^}]+)\}", manual)
+        assert listed and set(listed[0].split(",")) == allowed, (flag, listed)
+    for doc in ("README.md", "docs/training.md", "docs/results.md", "docs/performance.md"):
+        text = open(os.path.join(HERE, doc)).read()
+        for flag, allowed in got.items():
+            for found in re.findall(re.escape(flag) + r" \{([^}]+)\}", text):
+                assert set(found.split(",")) <= allowed, (doc, flag, found)
+
+
+def test_each_models_chi_from_chis_at_reaches_the_loss(tmp_path, monkeypatch):
+    # a knob that gives each model its own χ changes Method.chis_at alone: what it returns reaches cmd_distill as
+    # it is, model by model, in the step and in train.py (A passes nothing, B everything)
+    assert Method(mode="static", eta=2.0, b=0.0).chis_at(1.0, 3, 4, 3) == (math.log(4) / 2,) * 3
+    monkeypatch.setattr(Method, "chis_at", lambda self, t, total, k, m: (0.0, 1e9))
+    names = mutual.sum_names(2)
+    sums = step_of(Method(mode="static"))
+    assert sums[names.index("selected_a2b")] == 0 and sums[names.index("selected_b2a")] == 64
+    out = str(tmp_path / "run")
+    train.main(ONE_EPOCH + ["--mode", "static", "--out", out])
+    row, = metrics(out)
+    assert row["selected_a2b"] == 0 and row["selected_b2a"] == 1
