@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.datasets import utils as tvu
 
 from training import batches, datasets, images, webvision
 from training.datasets import DataError, FileImages, Synthetic, TensorImages, load_dataset
@@ -77,6 +78,25 @@ def test_cifar100_missing_folder(tmp_path):
     with pytest.raises(DataError) as err:
         load_dataset("cifar100", tmp_path, download=False)
     assert str(tmp_path / "cifar-100-python") in one_line(err)
+
+
+def test_cifar_pickles_are_each_hashed_once_on_a_load(tmp_path, monkeypatch):
+    # torchvision's class alone hashes every data file once per split it reads; the load checks each once
+    write_cifar(tmp_path)
+    hashed = []
+    real = tvu.calculate_md5
+
+    def counted(path, *a, **k):
+        hashed.append(os.path.basename(path))
+        return real(path, *a, **k)
+    monkeypatch.setattr(tvu, "calculate_md5", counted)
+    monkeypatch.setattr(datasets, "calculate_md5", counted)
+    load_dataset("cifar100", tmp_path, download=False)
+    assert sorted(hashed) == ["meta", "meta", "test", "train"]  # the 1.5 KB meta file once a split, by torchvision
+    (tmp_path / "cifar-100-python" / "meta").write_bytes(b"other")  # a bad meta file is still named
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar100", tmp_path, download=False)
+    assert str(tmp_path / "cifar-100-python" / "meta") in one_line(err) and "not the published file" in one_line(err)
 
 
 @pytest.mark.parametrize("content", [b"not a pickle", pickle.dumps({"data": np.zeros((4, 100), np.uint8),

@@ -97,6 +97,7 @@ def located(name, present, where, data_dir, download, mirror, how):
     if present():
         return
     source = DATASETS[name].source
+    how = how or f"put {DATASETS[name].title}'s files under --data-dir"
     if not download:
         raise DataError(f"{where} not found and download is off; {how}")
     if source is None:
