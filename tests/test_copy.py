@@ -10,6 +10,7 @@ import ast
 import builtins
 import inspect
 import json
+import math
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ import mutual
 import noise
 import schedule
 from mutual import Clock, Method, Precision, mutual_step, sum_names
+from tools import cmdloss
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 HEADER = "import math\n\nimport torch\nimport torch.nn.functional as F\n"  # all a pasted function may import
@@ -88,7 +90,11 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     assert sum(n for _, _, n in listed) == total
     names = {name for _, name, _ in listed}
     assert {"cmd_loss", "chi", "mylc", "confidence_from_sum"} <= names
-    module = HEADER + "".join(f"\n\n{s}" for s in sources)
+    assert [name for _, name, _ in listed] == [name for _, name in cmdloss.FUNCTIONS]
+    module = cmdloss.text()  # what `python -m tools.cmdloss cmdloss.py` writes: the notice, then the functions
+    license_text = open(os.path.join(HERE, "LICENSE")).read()
+    assert module.startswith("# MIT License\n") and all(f"# {line}".rstrip() in module for line in license_text.splitlines())
+    assert module.endswith(HEADER + "".join(f"\n\n{s}" for s in sources))
     missing = free_names(module) - names - {"math", "torch", "F"} - set(dir(builtins))
     assert not missing, f"the pasted functions also need {missing}"
     imported = re.search(r"^from (\w+) import (.+)$", block, re.M)
@@ -133,6 +139,72 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     worst = max(off, key=off.get)
     assert off[worst] < TOL, f"{worst}: off by {off[worst]:.2g}, {off[worst] / TOL:.3g} x the tolerance"
     assert [row["taught"] for row in rows] == taught
+
+
+TEN_CLASSES = """import json, math
+import torch
+import torch.nn.functional as F
+from cmdloss import chi, cmd_loss, confidence_from_sum, entropy, mylc
+
+# ten classes from a random linear map, 40% of the labels flipped to another class; the README block's loop
+torch.manual_seed(0)
+K, D, N, steps, epochs, rate = 10, 16, 64, 16, 6, 0.4
+xs, w = torch.randn(steps, N, D), torch.randn(D, K)
+batches = []
+for x in xs:
+    y = (x @ w).argmax(-1)
+    flip = torch.rand(N) < rate
+    batches.append((x, torch.where(flip, (y + torch.randint(1, K, (N,))) % K, y)))
+for eta in (4.0, 2.0):
+    torch.manual_seed(1)
+    nets = [torch.nn.Sequential(torch.nn.Linear(D, 64), torch.nn.ReLU(), torch.nn.Linear(64, K)) for _ in range(2)]
+    opts = [torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9) for net in nets]
+    r = [0.0, 0.0]
+    for epoch in range(epochs):
+        h_sums, n, taught = [0.0, 0.0], 0, [0, 0]
+        for step, (x, y) in enumerate(batches):
+            z = [net(x) for net in nets]
+            p = [F.softmax(z_k, dim=-1).detach() for z_k in z]
+            h = [entropy(p_k) for p_k in p]
+            q = F.one_hot(y, K).float()
+            q_tilde = [mylc(q, p[k], r[k], h=h[k]) for k in range(2)]
+            threshold = chi(t=epoch + step / steps, total=epochs, num_classes=K, eta=eta, b=-5.0)
+            loss_b2a, loss_a2b = cmd_loss(z[0], z[1], q_tilde[0], q_tilde[1], threshold)
+            loss_a = F.cross_entropy(z[0], q_tilde[0]) + loss_b2a
+            loss_b = F.cross_entropy(z[1], q_tilde[1]) + loss_a2b
+            for opt in opts:
+                opt.zero_grad()
+            if epoch == 0 and step == 0:  # one backward a model: the same gradients as one of the sum
+                loss_a.backward(retain_graph=True)
+                loss_b.backward(retain_graph=True)
+                apart = [p_.grad.clone() for net in nets for p_ in net.parameters()]
+                for opt in opts:
+                    opt.zero_grad()
+            (loss_a + loss_b).backward()
+            if epoch == 0 and step == 0:
+                same = all(torch.equal(a, p_.grad) for a, p_ in zip(apart, (p_ for net in nets for p_ in net.parameters())))
+            for opt in opts:
+                opt.step()
+            h_sums, n = [h_sums[k] + h[k].sum() for k in range(2)], n + len(y)
+            taught = [taught[0] + int((h[1] < threshold).sum()), taught[1] + int((h[0] < threshold).sum())]
+        print(json.dumps(dict(eta=eta, epoch=epoch, taught=[t / n for t in taught], mean_h=[float(s / n) for s in h_sums],
+                              ceiling=chi(t=0, total=epochs, num_classes=K, eta=eta, b=-5.0), same=same)))
+        r = confidence_from_sum(h_sums, n, K)
+"""
+
+
+def test_at_ten_classes_and_40_percent_noise_the_blocks_eta_teaches_little_and_eta_2_teaches(tmp_path):
+    # the README's "When it teaches nothing" and "Choosing eta", with the file tools.cmdloss writes
+    rows = run_alone(tmp_path, TEN_CLASSES, {"cmdloss.py": cmdloss.text()})
+    h_r = -0.6 * math.log(0.6) - 0.4 * math.log(0.4 / 9)  # the noisy labels' entropy, 1.55 nats
+    at = {eta: [row for row in rows if row["eta"] == eta] for eta in (4.0, 2.0)}
+    assert round(h_r, 2) == 1.55 and round(at[4.0][0]["ceiling"], 2) == 1.06 and round(at[2.0][0]["ceiling"], 2) == 2.13
+    for row in at[4.0]:  # the block's eta: χ's ceiling below H_r, and the predictions' mean H(p) near it
+        assert max(row["taught"]) < 0.1, row
+    assert all(row["ceiling"] < h_r - 0.3 < min(row["mean_h"]) for row in at[4.0][1:])
+    for row in at[2.0][:2]:  # eta = 2: the ceiling above H_r, and a good part taught from the start
+        assert min(row["taught"]) > 0.15, row
+    assert all(row["same"] for row in rows)
 
 
 def test_cmd_loss_alone_and_schedule_py_whole_give_the_objective_on_a_random_batch(tmp_path):

@@ -572,6 +572,24 @@ def test_the_readme_and_docs_name_files_and_functions_that_exist():
             assert re.search(rf"^((def|class) {function}\b|{function} = )", source, re.M), f"{name} names {path}:{function}"
 
 
+def test_the_readmes_picture_is_drawn_again_from_its_committed_run(tmp_path, monkeypatch):
+    # the README's first picture, by the command it shows, from docs/mechanism alone
+    from PIL import Image
+
+    from tools import plot
+    readme = open(os.path.join(HERE, "README.md")).read()
+    cmd = shlex.split(re.search(r"`(python -m tools\.plot docs/mechanism [^`]+)`", readme).group(1))
+    assert "](docs/mechanism/entropy.png)" in readme[:readme.index("```")]  # on the first screen, before the commands
+    monkeypatch.chdir(HERE)
+    assert plot.main(cmd[3:] + ["--out", str(tmp_path)]) == 0
+    assert os.listdir(tmp_path) == ["entropy.png"]
+    with Image.open(tmp_path / "entropy.png") as drawn, Image.open(os.path.join(HERE, "docs/mechanism/entropy.png")) as kept:
+        assert drawn.size == kept.size
+    hist = os.path.join(HERE, "docs", "mechanism", "entropy_hist.npz")
+    with np.load(hist) as f:
+        assert os.path.getsize(hist) < 10_000 and {1, 10, 30, 80} <= set(f["epoch"].tolist())
+
+
 def test_every_train_and_sweep_command_shown_in_the_readme_and_docs_is_accepted(capsys):
     docs = readme_and_docs()
     trains = [c for text in docs.values() for c in shown_commands(text, "train.py")]
@@ -620,7 +638,7 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
 
 
 @pytest.mark.parametrize("tool", ["sweep", "plot", "perf", "perf cost", "perf suite", "perf profile", "perf batched",
-                                  "fmnist", "batched", "outbox snapshot", "outbox check"])
+                                  "fmnist", "batched", "outbox snapshot", "outbox check", "cmdloss"])
 def test_every_tool_refuses_an_unknown_flag_in_one_line(tool, capsys, tmp_path):
     """python -m tools.NAME [PART] --no-such-flag: one line naming the flag and where the help is, exit 2, nothing
     written (argparse's own error would print the usage as well)."""

@@ -249,11 +249,12 @@ def unique_names(dirs):
     return [f"{t}-{i}" if tags.count(t) > 1 else t for i, t in enumerate(tags)]  # one folder given twice
 
 
-def plot_runs(plt, runs, out, hist_epochs=None):
-    """accuracy, chi, selection and memorization plots for runs read by load_run, and their entropy plots."""
+def plot_runs(plt, runs, out, hist_epochs=None, only=None):
+    """accuracy, chi, selection and memorization plots for runs read by load_run, and their entropy plots
+    (only="entropy": those alone)."""
     names = labels([r["config"] for r in runs], [r["dir"] for r in runs])
     written, key, data = [], style_key(runs), data_of(runs)
-    for fname, kind, ylabel, title in (("accuracy.png", "test_acc", "test accuracy (%)", f"Test accuracy: {key}"),
+    for fname, kind, ylabel, title in () if only == "entropy" else (("accuracy.png", "test_acc", "test accuracy (%)", f"Test accuracy: {key}"),
                                        ("chi.png", "chi", "χ (Eq. 7)", "Selection threshold χ"),
                                        ("memorization.png", "memorized", "noisy samples fitted to their wrong label",
                                         f"Memorisation: {key}")):
@@ -261,6 +262,8 @@ def plot_runs(plt, runs, out, hist_epochs=None):
         curves(ax, runs, names, kind, ylabel)
         ax.set_title(title + data, fontsize=10)
         written.append(save(plt, fig, os.path.join(out, fname)))
+    if only == "entropy":
+        return written + plot_entropies(plt, runs, out, hist_epochs)
     fig, axes = plt.subplots(1, 3, figsize=(3 * FIGSIZE[0], FIGSIZE[1]))
     curves(axes[0], runs, names, "selected", "fraction of samples distilled")
     curves(axes[1], runs, names, "precision", "precision of distilled targets")
@@ -271,7 +274,12 @@ def plot_runs(plt, runs, out, hist_epochs=None):
     axes[1].set_title("Precision: argmax of target = clean label")
     axes[2].set_title("Recall: clean-labelled samples that passed χ")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))
-    with_hist = [run for run in runs if run["hist"] is not None]
+    return written + plot_entropies(plt, runs, out, hist_epochs)
+
+
+def plot_entropies(plt, runs, out, hist_epochs):
+    """entropy.png (entropy-<run>.png for several) of each run that has entropy_hist.npz."""
+    written, with_hist = [], [run for run in runs if run["hist"] is not None]
     tags = unique_names([run["dir"] for run in with_hist])
     for run, tag in zip(with_hist, tags):
         fname = "entropy.png" if len(with_hist) == 1 else f"entropy-{tag}.png"
@@ -328,7 +336,7 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
             if row == len(models) - 1:
                 ax.set_xlabel("H(p) (nats)")
             if col == 0:
-                ax.set_ylabel("fraction of all training samples")
+                ax.set_ylabel("fraction of samples")
     chi_names = {"end": "χ at the epoch's end", "start": "χ at the epoch's start"} if "start" in handles \
         else {"end": "χ, the same at the epoch's start and end"}
     if h["known_clean"]:  # where the two overlap, the bars blend: name that colour too
@@ -432,6 +440,7 @@ def main(argv=None):
     p.add_argument("--out", help="output folder (default: the RUN_DIR when one is given, else plots/)")
     p.add_argument("--hist-epochs", type=epoch_list,
                    help="epochs shown by entropy.png, e.g. 1,3,5,10,40 (default: six, spaced geometrically)")
+    p.add_argument("--only", choices=("entropy",), help="entropy: the entropy figures alone")
     args = p.parse_args(argv)
     runs, sweeps = [], []
     for d in args.dirs:  # every folder is read before the first file is written
@@ -454,7 +463,7 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
     except OSError as e:  # a file, or a path through one
         raise UserError(f"--out {out} cannot be a folder ({e.strerror or e}); choose another --out") from None
-    written = plot_runs(plt, runs, out, args.hist_epochs) if runs else []
+    written = plot_runs(plt, runs, out, args.hist_epochs, args.only) if runs else []
     for d, tag in zip(sweeps, unique_names(sweeps)):
         name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{tag}.png"
         written += [w for w in [plot_sweep(plt, d, os.path.join(out, name))] if w]

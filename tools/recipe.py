@@ -511,9 +511,10 @@ def report(path, size, dry_run=False):
     for noise in NOISES:
         if noise == "sym" or any(r["noise"] == noise for r in lines):
             text += noise_section(lines, noise, size)
-    text.append(f"Rendered from {path} by `python -m tools.fmnist recipe report" + (f" --size {size}" if size != "gpu"
-                else "") + (f" --from {path}" if os.path.abspath(path) != os.path.abspath(RAW) else "") +
-                f"` ({len(lines)} runs of this size packed).")
+    command = "`python -m tools.fmnist recipe report" + (f" --size {size}" if size != "gpu" else "") + (
+        f" --from {path}" if os.path.abspath(path) != os.path.abspath(RAW) else "") + "`"
+    text.append(f"Rendered from {path} by {command} ({len(lines)} runs of this size packed)." if os.path.exists(path)
+                else f"Rendered by {command} before any wave was packed: {path}, the raw data, does not exist yet.")
     out = os.path.join(os.path.dirname(path) or ".", "report.md")
     print("\n".join(text))
     if not dry_run:
