@@ -2,7 +2,7 @@
 
 NOISE             -- the registry: train.py's --noise names, each a NoiseKind (its transition matrix, the rates
                      it takes, the name plots show); everything that lists the kinds reads it
-transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for "sym", "pair", "none"
+transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for a kind of NOISE that has a matrix
 add_noise         -- draw each sample's noisy label from its row of T, reproducibly
 
 Symmetric noise changes a label "uniformly to one of the other classes with a

@@ -1,6 +1,6 @@
 """The README's "Copy the loss" file, written from this repository's own source with its licence notice:
 
-    python -m tools.cmdloss cmdloss.py      # then `from cmdloss import chi, cmd_loss, ...` in your loop
+    python -m tools.cmdloss ~/myproject/cmdloss.py    # from this repository's root; then `from cmdloss import ...`
 
 FUNCTIONS -- the six functions the README's loop uses, in the order they are written
 text      -- the file: the MIT notice (LICENSE, as comments), three imports, each function's source as it is here
@@ -34,8 +34,9 @@ def text():
 
 @one_line("tools.cmdloss")
 def main(argv=None):
-    p = Parser(command="python -m tools.cmdloss", description=__doc__.split("\n")[0])
-    p.add_argument("out", help="the file to write, e.g. cmdloss.py (it must not exist)")
+    p = Parser(prog="python -m tools.cmdloss", command="python -m tools.cmdloss", description=__doc__.split("\n")[0])
+    p.add_argument("out", help="the file to write, in your own project, e.g. ~/myproject/cmdloss.py (it must not "
+                               "exist yet)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if os.path.exists(args.out):
         raise UserError(f"{args.out} exists; give a new file name, or delete it first")

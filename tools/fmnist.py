@@ -815,8 +815,8 @@ def parse(argv):
                    "next N seeds not yet in the raw data, every row of each at once (default 1)")
     p.add_argument("--size", choices=("gpu", "toy"), default="gpu", help="the recipe: its declared size (toy: the "
                    "suite's, a CNN on a few hundred images for 2 epochs) (default gpu)")
-    p.add_argument("--budget", type=float, help="the recipe wave: stop its runs at their checkpoints after this "
-                   "many seconds (default: none)")
+    p.add_argument("--budget", type=float, help="the recipe wave: stop its runs after this many seconds, "
+                   "each after its last finished epoch (default: none)")
     p.add_argument("--mps", action="store_true", help="the recipe wave: run its processes under CUDA MPS, started "
                    "and stopped here (if it cannot start, they time-slice, and wave.json says so)")
     p.add_argument("--graph", choices=("capture", "off"), default="off", help="the recipe wave: train.py's --graph "

@@ -394,7 +394,7 @@ def pack_folder(folder, path, given):
                         "declared (gpu) size only; give --from another file")
     lines = read(path)
     if any(r["wave"] == info["wave"] for r in lines):
-        raise UserError(f"wave {info['wave']} ({folder}) is packed in {path} already")
+        raise UserError(f"wave {info['wave']} ({given}) is packed in {path} already")
     new = []
     for name, run in sorted(info["runs"].items()):
         d = os.path.join(folder, name)

@@ -321,7 +321,7 @@ def resolve_noise(args):
     if args.noise == "human":  # CIFAR-N: the labels and so the rate come from the file
         if args.dataset not in cifar_n.HUMAN_FILES:
             raise UserError(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
-                            "choose --dataset cifar10/cifar100 or --noise sym/pair")
+                            f"choose --dataset cifar10/cifar100 or --noise {SYNTHETIC}")
         if args.rate is not None:
             raise UserError(f"--rate {args.rate} given with --noise human, whose rate is the file's; drop --rate")
         if args.dataset == "cifar100" and args.noise_key is not None:
