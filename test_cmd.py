@@ -154,6 +154,32 @@ def test_selection_is_strict_and_reads_the_peer_entropy():
     assert a2b.item() == 0.0  # H(p_A) = chi is not < chi
 
 
+@pytest.mark.parametrize("as_tensor", [False, True])
+@pytest.mark.parametrize("fn", ["cmd_distill", "cmd_loss"])
+def test_a_prediction_whose_entropy_is_chi_exactly_is_not_taught_either_way(fn, as_tensor):
+    # Eq. 3's strict <, as in the appendix code. Row 0: A and B uniform; row 1: A confident, B uniform;
+    # row 2: B confident, A uniform. chi is H(u) as float32 computes it, so a uniform row sits exactly at chi.
+    za, zb = torch.zeros(3, K), torch.zeros(3, K)
+    za[1, 3], zb[2, 5] = 8.0, 8.0
+    q_a, q_b = one_hot(torch.tensor([1, 2, 3]), K), one_hot(torch.tensor([4, 5, 6]), K)
+    (logp_a, h_a), (logp_b, h_b) = log_probs(za), log_probs(zb)
+    at = h_a[0]  # H(u), float32
+    assert torch.equal(h_a[[0, 2]], at.expand(2)) and torch.equal(h_b[[0, 1]], at.expand(2))  # exactly at chi
+    assert h_a[1] < at and h_b[2] < at
+    ce_b2a, ce_a2b = -(q_b * logp_a).sum(-1), -(q_a * logp_b).sum(-1)  # (3,) H(q_B, p_A), H(q_A, p_B)
+    above = torch.nextafter(at, torch.tensor(math.inf))  # the next float32 up: every row passes
+    for threshold, want_b2a, want_a2b in ((at, [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]), (above, [1.0] * 3, [1.0] * 3)):
+        threshold = threshold if as_tensor else threshold.item()
+        want_b2a, want_a2b = torch.tensor(want_b2a), torch.tensor(want_a2b)
+        if fn == "cmd_distill":
+            b2a, a2b, m_b2a, m_a2b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, threshold)
+            assert torch.equal(m_b2a, want_b2a) and torch.equal(m_a2b, want_a2b)
+        else:
+            b2a, a2b = cmd_loss(za, zb, q_a, q_b, threshold)
+        assert torch.allclose(b2a, (want_b2a * ce_b2a).mean(), rtol=1e-6, atol=0)  # B taught A row 2 alone
+        assert torch.allclose(a2b, (want_a2b * ce_a2b).mean(), rtol=1e-6, atol=0)  # A taught B row 1 alone
+
+
 def test_cmd_loss_runs_on_meta_tensors():
     za, zb, qa, qb = (torch.empty(32, 100, device="meta") for _ in range(4))
     b2a, a2b = cmd_loss(za.requires_grad_(), zb.requires_grad_(), qa, qb, 1.3)
