@@ -365,7 +365,8 @@ def expand(argv, zipped):
 
 def name_of(values, args):
     """A run's folder: train.py's name of its settings (config.run_name), without the dataset and arch its grid
-    shares, with its lr where the grid lists several."""
+    shares, with its lr wherever the grid lists --lr, one value or several (so a later command into the same OUT
+    at another lr gives its runs folders of their own)."""
     return run_name(args, omit=("dataset", "arch"), lr=values.get("lr"))
 
 
