@@ -167,6 +167,61 @@ def test_the_wave_captures_the_graph_only_where_every_graph_test_passed_and_the_
     assert recipe.graph_from(junit(tmp_path, passed), tmp_path / "none.txt", ran).startswith("off: no CUDA test")
 
 
+def gpu_docs(folder, cases, step, graphed=True):
+    """A docs/gpu as a lease leaves it once committed: cuda-x.xml with `cases` and perf-x.json for `step`."""
+    folder.mkdir(exist_ok=True)
+    os.replace(junit(folder, cases), folder / "cuda-x.xml")
+    (folder / "perf-x.json").write_text(json.dumps(dict(step=step, epochs_100_min=27.4, epoch_s_graph=[9.0, 4.0, 4.0],
+                                                        epochs_100_min_graph=7.1 if graphed else None)))
+    return folder
+
+
+def test_a_lease_runs_the_wave_alone_only_where_docs_gpu_holds_green_figures_of_this_step(tmp_path):
+    graph_tests = ["test_capture[zero-ce]", "test_bf16"]
+    collected = tmp_path / "cases.txt"
+    collected.write_text("".join(f"tests/test_graph.py::{t}\n" for t in graph_tests))
+    green = [("test_train", "test_sync_free", "passed")] + [("test_graph", t, "passed") for t in graph_tests]
+    step = perf.step_id()
+    said = recipe.evidence(str(gpu_docs(tmp_path / "ok", green, step)), collected)
+    assert said.startswith(f"capture: {tmp_path / 'ok' / 'cuda-x.xml'} (every graph test passed) and ") and step in said
+    for name, cases, got_step, graphed, why in [
+            ("old", green, "0123456789ab", True, "no perf*.json with eager and graphed epochs_100_min for this step"),
+            ("eager", green, step, False, "no perf*.json with eager and graphed"),
+            ("red", [("test_train", "test_sync_free", "failed")] + green[1:], step, True, "no cuda*.xml in which"),
+            ("few", green[:2], step, True, "no cuda*.xml in which every test and every graph test")]:
+        said = recipe.evidence(str(gpu_docs(tmp_path / name, cases, got_step, graphed)), collected)
+        assert said.startswith("no: ") and why in said, (name, said)
+    assert recipe.evidence(str(tmp_path / "nothing"), collected).startswith("no: ")
+
+
+def test_the_wave_alone_at_toy_size_gets_the_whole_limit_and_packs(tmp_path):
+    # docs/gpu as a green lease left it for this step: stages 2 and 3 are skipped, and the wave captures the graph
+    # (on the CPU each run's capture dies before its first epoch and it trains again eager, as on a GPU where it fails)
+    collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "--collect-only", "-q", "-p",
+                                "no:cacheprovider", "tests/test_graph.py"], cwd=HERE, capture_output=True, text=True)
+    ids = [line.split("::", 1)[1] for line in collected.stdout.splitlines() if "::" in line]
+    docs = gpu_docs(tmp_path / "docs-gpu", [("test_graph", i, "passed") for i in ids], perf.step_id())
+    write_idx(tmp_path / "data", n_train=300, n_test=60)
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), PYTHON=sys.executable, PATH="/usr/bin:/bin",
+               FMNIST=str(tmp_path / "data"), WAVE_ARGS="--size toy --device cpu", WAVE_ONLY="1", GPU_DOCS=str(docs),
+               LIMIT="400")
+    res = subprocess.run(["bash", "tools/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=HERE)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    log = (out / "gpu_check.log").read_text()
+    assert "stages 2 and 3 skipped" in log and "gpu_check 2/4" not in log and "gpu_check 3/4" not in log, log
+    budget = int(log.split("--graph capture, budget ")[1].split()[0])
+    assert budget > 400 - 40 - 100 - 170  # more than stages 2 and 3 (TEST_LIMIT, PERF_LIMIT) would have left it
+    opened = tmp_path / "opened"
+    outbox.unpack(str(out / outbox.ARCHIVE), str(opened))
+    assert not (opened / "cuda.xml").exists() and not (opened / "perf.json").exists()
+    raw = str(tmp_path / "raw.jsonl.gz")
+    assert fmnist.main(["recipe", "pack", str(out), "--from", raw]) == 0
+    assert {(r["row"], r["state"], r["graph"]) for r in recipe.read(raw)} == {
+        (row, "finished", "off") for row in TOY_ROWS}  # each restarted eager, whole
+
+
 def test_the_suites_json_holds_each_part_before_the_next_and_the_graphed_epochs_come_first(tmp_path, monkeypatch):
     path, seen = tmp_path / "perf.json", {}
 

@@ -64,7 +64,7 @@ def test_profile_reports_where_the_step_goes(capsys):
 
 # Every key the suite writes, as the README's performance section names them.
 SUITE_KEYS = {
-    "device", "torch", "cuda", "cudnn", "date", "command", "small", "budget_s", "amp", "wall_s",
+    "device", "torch", "cuda", "cudnn", "date", "command", "step", "small", "budget_s", "amp", "wall_s",
     "sync_free", "sync_free_cases", "torchrun_nccl", "torchrun_s",
     "step_ratio", "step_ms_cmd", "step_ms_ce",
     "throughput_dataloader_fp32", "throughput_device_fp32", "throughput_device_bf16_cl",

@@ -54,15 +54,17 @@ def packed(size, noise, seeds, rows=None, state="finished"):
 def test_each_wave_takes_the_lowest_unfinished_seeds_and_pair_noise_after_three_symmetric(tmp_path, capsys):
     lines = packed("gpu", "sym", (0, 2)) + packed("gpu", "sym", (1,), ("ce-zero",)) + packed("gpu", "sym", (1,),
                                                                                            state="cut short")
-    assert recipe.next_wave(lines, "gpu", "auto", 2) == ("sym", [1, 3])  # seed 1 lacks four rows
-    assert recipe.next_wave(lines + packed("gpu", "sym", (1,)), "gpu", "auto", 1) == ("pair", [0])
-    assert recipe.next_wave(lines, "gpu", "pair", 1) == ("pair", [0])
-    assert recipe.next_wave(packed("toy", "sym", (0, 1, 2)), "gpu", "auto", 1) == ("sym", [0])  # sizes apart
+    rest = [(row, 1) for row in recipe.ORDER if row != "ce-zero"]  # seed 1 lacks four rows: only those run
+    assert recipe.next_wave(lines, "gpu", "auto", 2) == ("sym", [1, 3], rest + [(row, 3) for row in recipe.ORDER])
+    assert recipe.next_wave(lines + packed("gpu", "sym", (1,)), "gpu", "auto", 1)[:2] == ("pair", [0])
+    assert recipe.next_wave(lines, "gpu", "pair", 1)[:2] == ("pair", [0])
+    assert recipe.next_wave(packed("toy", "sym", (0, 1, 2)), "gpu", "auto", 1)[:2] == ("sym", [0])  # sizes apart
     path = tmp_path / "raw.jsonl.gz"
     with gzip.open(path, "wt") as f:
         f.writelines(json.dumps(r) + "\n" for r in lines)
     got = dry_run(capsys, "--from", str(path), "--seeds", "2")
-    assert len(got) == 10 and {argv[argv.index("--seed") + 1] for argv in got} == {"1", "3"}
+    assert [(os.path.basename(a[a.index("--out") + 1])) for a in got] == [f"{r}-s{s}" for r, s in rest] + [
+        f"{row}-s3" for row in recipe.ORDER]  # what matters most first
 
 
 def test_a_wave_stopped_by_sigterm_keeps_its_finished_runs_and_packs_the_rest_as_cut_short(tmp_path, capsys):
@@ -182,7 +184,7 @@ def test_a_run_stopped_by_a_nan_loss_is_packed_as_diverged(tmp_path):
     raw = str(tmp_path / "raw.jsonl.gz")
     recipe.pack(str(tmp_path / "wave"), raw)
     assert [(r["state"], len(r["rows"])) for r in recipe.read(raw)] == [("diverged", 1)]
-    assert recipe.next_wave(recipe.read(raw), "toy", "sym", 1) == ("sym", [0])  # its seed is run again
+    assert recipe.next_wave(recipe.read(raw), "toy", "sym", 1)[:2] == ("sym", [0])  # its seed is run again
 
 
 def test_pack_refuses_a_wave_json_cut_short_and_a_toy_wave_into_the_studys_raw_data(tmp_path, capsys, monkeypatch):
@@ -209,3 +211,98 @@ def test_a_wave_past_its_budget_stops_its_runs_and_says_so(tmp_path, capsys):
     assert rc == 1 and wave["cut"] == "the budget ran out" and wave["budget_s"] == 0.5
     assert {r["state"] for r in wave["runs"].values()} == {"cut short"}
     assert "0 of 3 finished" in capsys.readouterr().out
+
+
+def test_pace_divides_each_epoch_by_the_runs_that_shared_the_gpu_and_skips_the_warm_up():
+    pace = recipe.Pace(0.0)
+    pace.running(0.0, 2)
+    pace.running(10.0, 1)  # one of two runs stopped at 10 s
+    assert pace.sharing(5.0, 15.0) == 1.5 and pace.sharing(0.0, 10.0) == 2 and pace.sharing(12.0, 14.0) == 1
+    pace.epoch("a", 4.0, 4.0)  # 4 s shared by two: 2 s of the GPU alone (the first epoch, which warms up)
+    assert pace.cost("a") == 2.0
+    for end in (6.0, 8.0, 9.0):
+        pace.epoch("a", end, 2.0 if end < 9 else 1.0)  # 1 s alone, then 0.5
+    pace.epoch("a", 11.0, 2.0)  # [9, 11]: half of it shared by two, half alone
+    assert pace.cost("a") == pytest.approx((1 + 0.5 + 2 / 1.5) / 3)  # the last three after the first
+    assert pace.cost("b") == pace.cost("a")  # a run with no epoch yet: its peers' mean
+    pace.startups.append(3.0)
+    assert pace.work("b", 10, started=False) == pytest.approx(10 * pace.cost("a") + 3.0)
+
+
+def test_keep_keeps_in_rank_order_what_fits_and_stops_the_rest():
+    work = [("ce", 40.0), ("cmdp", 40.0), ("zero", 40.0), ("all", 40.0), ("cmds", 40.0)]
+    assert recipe.keep(work, 200.0, margin=1.0) == ["ce", "cmdp", "zero", "all", "cmds"]
+    assert recipe.keep(work, 130.0, margin=1.0) == ["ce", "cmdp", "zero"]  # the last in rank are stopped
+    assert recipe.keep(work, 130.0, margin=1.1) == ["ce", "cmdp"]
+    # a run that cannot fit even alone does not block the smaller ones after it
+    assert recipe.keep([("ce", 500.0), ("cmdp", 40.0), ("zero", 40.0)], 100.0, margin=1.0) == ["cmdp", "zero"]
+    assert recipe.keep(work, 10.0) == []
+
+
+def simulate(runs, epochs, solo, budget, alpha, decide=True):
+    """A wave on a simulated GPU, decided as recipe.wave decides: `runs` in rank order, each `epochs` epochs of
+    `solo` seconds alone; n runs together each go at 1 / n**alpha of their solo speed (alpha 1: the GPU is full,
+    0: each run has it to itself). Returns {run: epochs done} at the budget's end, and the runs stopped
+    (decide=False: none is ever stopped)."""
+    t, dt, done, stopped = 0.0, 0.01, dict.fromkeys(runs, 0.0), []
+    pace, seen, start = recipe.Pace(0.0), dict.fromkeys(runs, 0), dict.fromkeys(runs, 0.0)
+    while t < budget:
+        live = [r for r in runs if r not in stopped and done[r] < epochs]
+        if not live:
+            break
+        pace.running(t, len(live))
+        t += dt
+        came = False
+        for r in live:
+            done[r] = min(epochs, done[r] + dt / solo / len(live) ** alpha)
+            if int(done[r]) > seen[r]:  # an epoch ended at t
+                pace.epoch(r, t, t - start[r])
+                start[r], seen[r], came = t, int(done[r]), True
+        if decide and came and all(seen[r] for r in live):
+            work = [(r, pace.work(r, epochs - seen[r], True)) for r in live]
+            stopped += [r for r, _ in work if r not in recipe.keep(work, budget - t)]
+    return {r: int(done[r]) for r in runs}, stopped
+
+
+@pytest.mark.parametrize("alpha, budget", [(1.0, 200.0), (0.5, 100.0)])
+def test_a_wave_too_big_for_its_budget_stops_the_last_in_rank_and_finishes_the_rest_whole(alpha, budget):
+    # five runs of 60 epochs of 1 s alone, on a full GPU (alpha 1: 300 s for all five, in 200) and on one that
+    # five runs fill only partly (alpha 0.5: 134 s, in 100), where a stop speeds the others up less than the
+    # projection assumes, so a later epoch's projection stops one more
+    got, stopped = simulate(list(recipe.ORDER), 60, 1.0, budget, alpha)
+    kept = [r for r in recipe.ORDER if r not in stopped]
+    assert sorted(stopped, key=recipe.ORDER.index) == list(recipe.ORDER[len(kept):]) and len(kept) >= 2, stopped
+    assert all(got[r] == 60 for r in kept), got  # every run kept is whole
+    assert all(got[r] < 10 for r in stopped), got  # stopped early, so that its share went to the others
+    assert all(n < 60 for n in simulate(list(recipe.ORDER), 60, 1.0, budget, alpha, decide=False)[0].values())
+
+
+def test_a_toy_wave_whose_budget_cannot_hold_all_its_runs_finishes_those_it_keeps_and_says_which_it_stopped(
+        tmp_path, capsys, monkeypatch):
+    # the toy regime's last row in rank (MyLC zero) made 100,000 epochs long: whatever the machine, it cannot
+    # finish in 150 s, and the two runs before it in recipe.ORDER can
+    rows = dict(recipe.ROWS, **{"mylc-zero": (recipe.ROWS["mylc-zero"][0], [*recipe.ROWS["mylc-zero"][1], "--epochs",
+                                                                            "100000"])})
+    monkeypatch.setattr(recipe, "ROWS", rows)
+    write_idx(tmp_path / "data", n_train=300, n_test=60)
+    t0 = time.time()
+    rc = fmnist.main(["recipe", "wave", "--size", "toy", "--device", "cpu", "--budget", "150", "--out",
+                      str(tmp_path / "w"), "--data-dir", str(tmp_path / "data"), "--from",
+                      str(tmp_path / "none.jsonl.gz")])
+    wave = json.loads((tmp_path / "w" / "wave.json").read_text())
+    runs = wave["runs"]
+    assert rc == 0 and wave["cut"] is None and time.time() - t0 < 150, capsys.readouterr().out
+    assert {n: r["state"] for n, r in runs.items()} == {"ce-zero-s0": "finished", "mylc-cmdp-s0": "finished",
+                                                       "mylc-zero-s0": "stopped"}
+    assert runs["mylc-zero-s0"]["stopped"].startswith("would not finish: at ") and runs["mylc-zero-s0"]["epochs"] < 50
+    assert "stopped after" in capsys.readouterr().out
+    raw = str(tmp_path / "raw.jsonl.gz")
+    recipe.pack(str(tmp_path / "w"), raw)
+    assert sorted((r["row"], r["state"]) for r in recipe.read(raw)) == [
+        ("ce-zero", "finished"), ("mylc-cmdp", "finished"), ("mylc-zero", "stopped")]
+    assert fmnist.main(["recipe", "report", "--size", "toy", "--from", raw]) == 0
+    text = capsys.readouterr().out
+    assert "| MyLC, zero knowledge | 0 | not run |" in text and "| CE, zero knowledge | 1 |" in text
+    assert "Not in any table: mylc-zero-s0 (stopped after" in text
+    # the next wave runs the row still missing, alone
+    assert recipe.next_wave(recipe.read(raw), "toy", "sym", 1)[2] == [("mylc-zero", 0)]

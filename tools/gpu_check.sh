@@ -23,6 +23,14 @@
 #                        checkpoints. Then, where the raw data lives: python -m tools.fmnist recipe pack
 #                        gpu-check/gpu-check.tar.gz
 #
+# A later lease runs the wave alone: with WAVE_ONLY=1, where $GPU_DOCS (default docs/gpu) holds already a cuda*.xml
+# in which every test and every graph test passed and a perf*.json with eager and graphed epochs_100_min for this
+# tree's step (recipe.evidence), stages 2 and 3 are skipped and the wave gets the whole limit; where it does not,
+# the script says why and runs all four stages. WAVE_SEEDS (default 1) seeds of runs for the wave; the wave stops
+# the runs it projects cannot finish, the last in recipe.ORDER first.
+#
+#     OUT=gpu-check COMMIT=$(git rev-parse HEAD) WAVE_ONLY=1 bash tools/gpu_check.sh
+#
 # PYTHON (default python3) is the interpreter of every stage: give the one with torch. FMNIST is the folder of
 # the four Fashion-MNIST IDX files (default data/fashion-mnist, else Debian's /usr/share/datasets/fashion-mnist).
 # WAVE_ARGS replaces the wave's own flags (the suite: --size toy --device cpu).
@@ -68,26 +76,37 @@ command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi >> "$WORK/env.txt" 2>
 head -4 "$WORK/env.txt"
 stage_done 1
 
-echo "gpu_check 2/4: pytest -m cuda ($(left) s left)"
 timeout 120 "$PY" -m pytest -m cuda --collect-only -q -p no:cacheprovider tests/test_graph.py \
     > "$WORK/graph-cases.txt" 2>&1
-OUT="$WORK" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v -p no:cacheprovider -rs \
-    --junitxml="$WORK/cuda.xml" 2>&1 | tee "$WORK/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|skipped|Interrupted"
-tests=${PIPESTATUS[0]}
-stage_done 2
+tests=0 perf=0 graph=""
+if [ -n "${WAVE_ONLY:-}" ]; then
+    said=$("$PY" -c "import sys; from tools.recipe import evidence; print(evidence(*sys.argv[1:]))" \
+        "${GPU_DOCS:-docs/gpu}" "$WORK/graph-cases.txt" 2>&1 | tail -1)
+    case $said in
+        capture:*) graph=capture; echo "gpu_check: WAVE_ONLY: ${said#capture: }; stages 2 and 3 skipped";;
+        *) echo "gpu_check: WAVE_ONLY, but ${said#no: }; all four stages run";;
+    esac
+fi
+if [ -z "$graph" ]; then
+    echo "gpu_check 2/4: pytest -m cuda ($(left) s left)"
+    OUT="$WORK" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v -p no:cacheprovider -rs \
+        --junitxml="$WORK/cuda.xml" 2>&1 | tee "$WORK/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|skipped|Interrupted"
+    tests=${PIPESTATUS[0]}
+    stage_done 2
 
-echo "gpu_check 3/4: perf suite ($(left) s left)"
-# shellcheck disable=SC2086  # PERF_ARGS is a list of flags
-timeout -k 10 "${PERF_LIMIT:-170}" "$PY" -m tools.perf suite \
-    ${PERF_ARGS:---budget 150 --skip sync,torchrun,step,throughput,batched,graph_compile,compile,epochs_compile,compile_modes} \
-    --json "$WORK/perf.json" > "$WORK/perf.log" 2>&1
-perf=$?
-grep -E "^(\[perf|device |torch |epoch|graph|peak|wall_s)" "$WORK/perf.log"  # the figures that decide the graph's default
-stage_done 3
+    echo "gpu_check 3/4: perf suite ($(left) s left)"
+    # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
+    timeout -k 10 "${PERF_LIMIT:-170}" "$PY" -m tools.perf suite \
+        ${PERF_ARGS:---budget 150 --skip sync,torchrun,step,throughput,batched,graph_compile,compile,epochs_compile,compile_modes} \
+        --json "$WORK/perf.json" > "$WORK/perf.log" 2>&1
+    perf=$?
+    grep -E "^(\[perf|device |torch |epoch|graph|peak|wall_s)" "$WORK/perf.log"  # the figures that decide the graph's default
+    stage_done 3
 
-# the wave captures the graph only where stage 2's graph tests all passed and stage 3's graphed epochs ran
-graph=$("$PY" -c "import sys; from tools.recipe import graph_from; print(graph_from(*sys.argv[1:]))" \
-    "$WORK/cuda.xml" "$WORK/graph-cases.txt" "$WORK/perf.json" 2> /dev/null || echo "off: recipe.graph_from failed")
+    # the wave captures the graph only where stage 2's graph tests all passed and stage 3's graphed epochs ran
+    graph=$("$PY" -c "import sys; from tools.recipe import graph_from; print(graph_from(*sys.argv[1:]))" \
+        "$WORK/cuda.xml" "$WORK/graph-cases.txt" "$WORK/perf.json" 2> /dev/null || echo "off: recipe.graph_from failed")
+fi
 budget=$(( $(left) - 40 ))  # what the wave's runs may use; the rest stops them and writes wave.json
 echo "gpu_check 4/4: one wave of the recipe, --graph $graph, budget $budget s"
 if (( budget < 60 )); then
@@ -95,7 +114,8 @@ if (( budget < 60 )); then
 else
     # shellcheck disable=SC2086  # WAVE_ARGS is a list of flags
     timeout -k 10 $(( budget + 30 )) "$PY" -m tools.fmnist recipe wave --out "$WORK/wave" --data-dir "$FMNIST" \
-        --graph "${graph%%:*}" --budget "$budget" ${WAVE_ARGS:---device cuda --mps} 2>&1 | tee "$WORK/wave.log"
+        --graph "${graph%%:*}" --budget "$budget" --seeds "${WAVE_SEEDS:-1}" ${WAVE_ARGS:---device cuda --mps} 2>&1 |
+        tee "$WORK/wave.log"
     wave=${PIPESTATUS[0]}
 fi
 echo "gpu_check: env $env_rc, pytest -m cuda $tests, perf $perf, wave $wave (graph ${graph%%:*}); $SECONDS s"

@@ -42,6 +42,7 @@ step and plain cross-entropy steps), timed and step_timing, about (what every fi
 """
 import argparse
 import gc
+import hashlib
 import json
 import math
 import os
@@ -206,12 +207,28 @@ def step_timing(setup, device, how="off", compile_mode=None, step="cmd"):
     return warm - FIRST * step_s, 1e3 * step_s, torch.cuda.max_memory_reserved(device) / 2 ** 30 if cuda else None
 
 
+# The code a training step runs: a figure (and the CUDA tests beside it) stands for the step whose sources hash to
+# the same step_id.
+STEP_FILES = ("mutual.py", "losses.py", "label_correction.py", "schedule.py", "models.py", "training/graph.py",
+              "training/batches.py")
+
+
+def step_id():
+    """The first 12 hex digits of the SHA-256 of STEP_FILES, in that order."""
+    h = hashlib.sha256()
+    for f in STEP_FILES:
+        with open(os.path.join(HERE, f), "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:12]
+
+
 def about(device, argv):
-    """What every figure is quoted with: the device, torch, CUDA and cuDNN, the date, the command."""
+    """What every figure is quoted with: the device, torch, CUDA and cuDNN, the date, the command, the step."""
     name = (torch.cuda.get_device_name(device) if device.type == "cuda" else
             f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
     return dict(device=name, torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                date=time.strftime("%Y-%m-%d %H:%M"), command=shlex.join(["python", "-m", "tools.perf", *argv]))
+                date=time.strftime("%Y-%m-%d %H:%M"), command=shlex.join(["python", "-m", "tools.perf", *argv]),
+                step=step_id())
 
 
 def write_json(path, figures):
@@ -612,6 +629,7 @@ KEYS = {
     "info": {
         "device": "device name", "torch": "torch version", "cuda": "CUDA version torch was built with",
         "cudnn": "cuDNN version", "date": "date and time of the run", "command": "the command",
+        "step": "step_id(): the hash of the step's sources (STEP_FILES) the figures stand for",
         "small": "small sizes (--small, automatic without CUDA)", "budget_s": "time budget, s (--budget)",
         "amp": "autocast of the step, compile and epochs parts: train.py's default (bf16 on CUDA)"},
     "sync": {

@@ -2,9 +2,14 @@
 (python -m tools.fmnist recipe STAGE; tools/gpu_check.sh runs a wave as its last stage).
 
 REGIMES -- the declaration, made before any of its runs: the rows, the data, the appendix's SGD
-wave    -- one wave: every row at the next unrun seed(s), as train.py processes at once (under CUDA MPS on a GPU),
-           stopped at a time budget; each run's metrics are written epoch by epoch, so a wave cut short keeps
-           every finished epoch; a run whose --graph capture dies before its first epoch starts again eager
+ORDER   -- what matters most: the rows a wave keeps first when its runs cannot all finish in its budget
+wave    -- one wave: the rows still missing of the next seed(s), as train.py processes at once (under CUDA MPS on
+           a GPU), stopped at a time budget; after every run's first epoch it projects the wave's end (Pace, keep)
+           and stops the runs last in ORDER that would not finish, so that the rest finish whole; each run's
+           metrics are written epoch by epoch, so a wave cut short keeps every finished epoch; a run whose
+           --graph capture dies before its first epoch starts again eager
+evidence -- whether docs/gpu holds green CUDA tests and both epochs_100_min for this step: a lease may run the
+           wave alone (tools/gpu_check.sh, WAVE_ONLY=1)
 pack    -- a wave's folder, or tools/gpu_check.sh's archive of it, into the raw data, docs/fmnist/recipe/runs.jsonl.gz
            (refuses a wave packed before)
 report  -- docs/fmnist/recipe/report.md from the raw data: the preconditions first, then every row with its n,
@@ -21,6 +26,7 @@ leases, so the declared study is what fits one: 8,000 images and 60 epochs on a 
 seed in about four and a half minutes, merged into the raw data wave by wave.
 """
 import contextlib
+import glob
 import gzip
 import json
 import math
@@ -79,6 +85,11 @@ REGIMES = {
     "toy": Regime(["--arch", "cnn", "--subset", "300", "--subset-seed", "0", "--val-split", "0.1", *SGD, "--epochs",
                    "2", "--milestones", "1", "--batch-size", "32"], ("ce-zero", "mylc-zero", "mylc-cmdp")),
 }
+# What matters most, first. A wave whose runs cannot all finish in its budget keeps them in this order (lower
+# seeds first) and stops the rest: CE first, since the preconditions are read on it and no answer counts without
+# them; then the answer's pair, CMD-P and MyLC zero knowledge; then the rows that place CMD-P among Table 1's.
+ORDER = ("ce-zero", "mylc-cmdp", "mylc-zero", "mylc-all", "mylc-cmds")
+MARGIN = 1.15  # a projection is stretched by this much before it is trusted to fit
 RATE, NOISES, SEEDS_FIRST = 0.4, ("sym", "pair"), 3  # pair-flip noise once symmetric has SEEDS_FIRST seeds
 # The preconditions, read on the clean validation split before any comparison: CE is harmed by the noise (its
 # validation accuracy falls >= HARM points from its best epoch to its last) and memorises it (>= MEMORISED of
@@ -99,23 +110,38 @@ def read(path):
         return [json.loads(line) for line in f]
 
 
+def finished(lines, size, noise):
+    """The (row, seed) pairs of the regime that have a finished run."""
+    return {(r["row"], r["seed"]) for r in lines if r["size"] == size and r["noise"] == noise and
+            r["state"] == "finished"}
+
+
 def complete(lines, size, noise):
     """The seeds whose every row of the regime has finished."""
-    done = {(r["row"], r["seed"]) for r in lines if r["size"] == size and r["noise"] == noise and
-            r["state"] == "finished"}
+    done = finished(lines, size, noise)
     return {s for _, s in done if all((row, s) in done for row in REGIMES[size].rows)}
 
 
 def next_wave(lines, size, noise, count):
-    """(noise, seeds) of the next wave: symmetric noise until SEEDS_FIRST seeds are complete, then pair-flip
-    (noise "auto"); the lowest seeds not complete yet in the raw data, for every row of the regime."""
+    """(noise, seeds, runs) of the next wave: symmetric noise until SEEDS_FIRST seeds are complete, then pair-flip
+    (noise "auto"); the lowest `count` seeds not complete yet in the raw data; runs: the (row, seed) pairs of those
+    seeds still missing a finished run (all rows of a new seed; the rows a wave stopped or cut, of an old one), in
+    rank order."""
     if noise == "auto":
         noise = "sym" if len(complete(lines, size, "sym")) < SEEDS_FIRST else "pair"
     done, seeds, s = complete(lines, size, noise), [], 0
     while len(seeds) < count:
         seeds += [] if s in done else [s]
         s += 1
-    return noise, seeds
+    have = finished(lines, size, noise)
+    runs = sorted(((row, seed) for seed in seeds for row in REGIMES[size].rows if (row, seed) not in have), key=rank)
+    return noise, seeds, runs
+
+
+def rank(run):
+    """Where a (row, seed) stands in what matters most: lower seeds first, then ORDER."""
+    row, seed = run
+    return seed, ORDER.index(row)
 
 
 def command(size, noise, row, seed, data_dir, out, device, graph):
@@ -165,6 +191,60 @@ def mps(want, env, probe_s=180):
         shutil.rmtree(d, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- what fits the budget
+class Pace:
+    """What each run of a wave costs the GPU, from the epochs it has finished: an epoch's seconds divided by how
+    many runs shared the GPU while it ran (their time-weighted mean), so that runs sharing a GPU are summed as
+    processor sharing sums them. A run's cost is the mean of its last three epochs after the first (the first
+    warms up: cuDNN's autotuner, a graph's capture), its first where it has no other."""
+
+    def __init__(self, t):
+        self.shared = [(t, 0)]  # (time, how many runs train from then on)
+        self.costs, self.startups = {}, []
+
+    def running(self, t, n):
+        if n != self.shared[-1][1]:
+            self.shared.append((t, n))
+
+    def sharing(self, a, b):
+        """The mean number of runs training over [a, b]."""
+        total = 0.0
+        for (t, n), (t_next, _) in zip(self.shared, self.shared[1:] + [(max(b, self.shared[-1][0]), 0)]):
+            total += n * max(0.0, min(b, t_next) - max(a, t))
+        return max(1.0, total / max(b - a, 1e-9))
+
+    def epoch(self, name, end, seconds):
+        """A finished epoch of the run `name`: `seconds` long, ended at time `end`."""
+        self.costs.setdefault(name, []).append(seconds / self.sharing(end - seconds, end))
+
+    def cost(self, name):
+        """One epoch of the run alone, in seconds; for a run with no epoch yet, the mean of its peers'."""
+        if name not in self.costs:
+            known = [self.cost(n) for n in self.costs]
+            return sum(known) / len(known)
+        c = self.costs[name][1:][-3:] or self.costs[name]
+        return sum(c) / len(c)
+
+    def work(self, name, left, started):
+        """Seconds of the whole GPU the run still needs: its epochs left at its cost, plus, for a run not started
+        yet, the mean time its peers took to reach their first epoch."""
+        startup = 0.0 if started else sum(self.startups) / max(1, len(self.startups))
+        return left * self.cost(name) + startup
+
+
+def keep(work, left, margin=MARGIN):
+    """The runs a wave keeps: in rank order, each one whose work, added to the work of those kept before it,
+    still fits the seconds left (stretched by margin). work: [(name, seconds of the whole GPU it needs)], in rank
+    order. The kept runs share the GPU, so the last of them ends when the sum of their work is done; a run that
+    does not fit is stopped, so that the runs kept get its share and finish whole."""
+    kept, total = [], 0.0
+    for name, w in work:
+        if (total + w) * margin <= left:
+            kept.append(name)
+            total += w
+    return kept
+
+
 def gpu_sample():
     """(utilisation %, memory used MiB) of the GPU now, or None without nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
@@ -212,6 +292,35 @@ def graph_from(junit_xml, collected, perf_json):
     return "capture"
 
 
+def evidence(folder, collected):
+    """Whether folder (docs/gpu) holds already what stages 2 and 3 of tools/gpu_check.sh measure, for this tree's
+    step: a JUnit XML (cuda*.xml) in which no test failed and every graph test now collected passed (collected: as
+    for graph_from), and a perf JSON (perf*.json) with both epochs_100_min, eager and graphed, whose step is this
+    tree's (tools.perf.step_id). One line: "capture: " and the two files where it does (the wave may run alone,
+    and captures the graph), else "no: " and what is missing."""
+    from tools.perf import step_id  # torch: only on the machine that runs the command
+    step, xmls = step_id(), sorted(glob.glob(os.path.join(folder, "cuda*.xml")))
+    perfs = []
+    for path in sorted(glob.glob(os.path.join(folder, "perf*.json"))):
+        with contextlib.suppress(OSError, ValueError):
+            with open(path) as f:
+                got = json.load(f)
+            if got.get("step") == step and got.get("epochs_100_min") and got.get("epochs_100_min_graph"):
+                perfs.append(path)
+    if not perfs:
+        return (f"no: {folder} has no perf*.json with eager and graphed epochs_100_min for this step ({step}, "
+                "tools.perf.step_id)")
+    for xml in xmls:
+        try:
+            root = ElementTree.parse(xml).getroot()
+        except (OSError, ElementTree.ParseError):
+            continue
+        failed = [c for c in root.iter("testcase") if any(c.find(t) is not None for t in ("failure", "error"))]
+        if not failed and graph_from(xml, collected, perfs[0]) == "capture":
+            return f"capture: {xml} (every graph test passed) and {perfs[0]} hold this step ({step})"
+    return f"no: {folder} has no cuda*.xml in which every test and every graph test collected now passed"
+
+
 def retry_eager(d, argv):
     """A run that died before its first epoch under --graph capture, made ready to start again with --graph off
     (argv changed in place): its log kept as capture-failed.log, its other files removed, so that train.py
@@ -241,17 +350,19 @@ def mark_diverged(d):
 
 
 def wave(args, lines):
-    """Run one wave: every row of the regime at the next seeds, at most args.jobs processes at once, until they
-    finish or args.budget seconds pass (then each is stopped at its checkpoint, as Ctrl-C does). A SIGTERM (the
-    `timeout` around it) stops it the same way. wave.json is written at the start, at each run's end and at the
-    end, so that even a wave killed outright can be packed."""
-    noise, seeds = next_wave(lines, args.size, args.noise, args.seeds)
+    """Run one wave: the runs still missing of the next seeds, at most args.jobs processes at once, until they
+    finish or args.budget seconds pass (then each is stopped, as Ctrl-C does). With a budget, once every started run
+    has finished an epoch, each new epoch projects the wave's finish (Pace, keep): the runs that would not finish in
+    time are stopped, the last in rank first, and the runs kept take their share of the GPU and finish whole. A
+    SIGTERM (the `timeout` around it) stops it like the budget. wave.json is written at the start, at each run's
+    end and at the end, so that even a wave killed outright can be packed."""
+    noise, seeds, missing = next_wave(lines, args.size, args.noise, args.seeds)
     ce = {r["seed"]: r["rows"] for r in lines if r["size"] == args.size and r["noise"] == noise and
           r["row"] == "ce-zero" and r["state"] == "finished" and declared(r)}
     if preconditions(ce)[1] is False:
         print(f"recipe wave: the preconditions do not hold on the {len(ce)} CE runs packed; this wave adds seeds "
               "to a regime that does not test the claim (harden REGIMES in tools/recipe.py first)", file=sys.stderr)
-    runs = {f"{row}-s{seed}": (row, seed) for seed in seeds for row in REGIMES[args.size].rows}
+    runs = {f"{row}-s{seed}": (row, seed) for row, seed in missing}  # in rank order
     argv = {name: command(args.size, noise, row, seed, args.data_dir, os.path.join(args.out, name), args.device,
                           args.graph) for name, (row, seed) in runs.items()}
     if args.dry_run:
@@ -266,22 +377,72 @@ def wave(args, lines):
     device = config.pick_device(args.device)  # --device cuda without a GPU: one line, nothing written
     os.makedirs(args.out, exist_ok=True)
     info = dict(wave=uuid.uuid4().hex[:12], size=args.size, noise=noise, rate=RATE, seeds=seeds, budget_s=args.budget,
-                graph=args.graph, jobs=args.jobs or len(argv), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                provenance=rundir.provenance(device, 1), gpu=[], runs={})
+                graph=args.graph, jobs=args.jobs or len(argv), order=ORDER, margin=MARGIN,
+                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), provenance=rundir.provenance(device, 1), gpu=[], runs={})
     env, t0, procs, todo, jobs = dict(os.environ), time.time(), {}, list(argv), args.jobs or len(argv)
     if device.type == "cpu":  # an equal share of the cores each
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // min(jobs, len(argv))))
-
+    epochs = {name: int(a[len(a) - a[::-1].index("--epochs")]) for name, a in argv.items()}  # its last --epochs
     retried = {}  # name -> why its first try, under --graph capture, died before its first epoch
+    stopped = {}  # name -> why the wave stopped it: it would not have finished in the budget
+    pace, seen, began = Pace(t0), {}, {}  # what the runs cost; the epochs seen of each; when each process began
 
     def save():
-        info["runs"] = {name: dict(row=runs[name][0], seed=runs[name][1], argv=argv[name], **dict(zip(
-            ("state", "epochs"), run_state(os.path.join(args.out, name)))), **(
-            {"restarted": retried[name]} if name in retried else {})) for name in argv}
+        info["runs"] = {}
+        for name in argv:
+            state, done = run_state(os.path.join(args.out, name))
+            info["runs"][name] = dict(row=runs[name][0], seed=runs[name][1], argv=argv[name], state=(
+                "stopped" if name in stopped and state == "cut short" else state), epochs=done, **(
+                {"restarted": retried[name]} if name in retried else {}), **(
+                {"stopped": stopped[name]} if name in stopped else {}))
         info["seconds"] = round(time.time() - t0, 1)
         with open(os.path.join(args.out, "wave.json.tmp"), "w") as f:
             json.dump(info, f, indent=1)
         os.replace(os.path.join(args.out, "wave.json.tmp"), os.path.join(args.out, "wave.json"))
+
+    def shared():  # how many runs train from now on
+        pace.running(time.time(), sum(name not in stopped for name in procs))
+
+    def watch():
+        """The running runs' new epochs into pace. Returns whether one came."""
+        came = False
+        for name in procs:
+            d = os.path.join(args.out, name)
+            rows = whole_lines(d, "metrics.jsonl")[seen.get(name, 0):]
+            if not rows:
+                continue
+            end = os.stat(os.path.join(d, "metrics.jsonl")).st_mtime  # when the last of them was written
+            ends = [end - sum(r["seconds"] for r in rows[i + 1:]) for i in range(len(rows))]
+            if name not in seen:
+                pace.startups.append(ends[0] - rows[0]["seconds"] - began[name])
+            for r, e in zip(rows, ends):
+                pace.epoch(name, e, r["seconds"])
+            seen[name] = seen.get(name, 0) + len(rows)
+            came = True
+        return came
+
+    def fit():
+        """Stop the runs that would not finish in the budget: once every started run has an epoch (keep)."""
+        if not args.budget or any(name not in seen for name in procs):
+            return
+        now = time.time()
+        live = [name for name in argv if (name in procs or name in todo) and name not in stopped]  # in rank order
+        work = [(name, pace.work(name, epochs[name] - seen.get(name, 0), name in procs)) for name in live]
+        kept, left = keep(work, args.budget - (now - t0)), args.budget - (now - t0)
+        for name, _ in work:
+            if name in kept:
+                continue
+            stopped[name] = (f"would not finish: at {now - t0:.0f} s its runs needed {sum(w for _, w in work):.0f} s "
+                             f"of the GPU against {left:.0f} s left (x{MARGIN:g}), so the runs before it in "
+                             "recipe.ORDER were kept")
+            if name in todo:
+                todo.remove(name)
+            else:
+                procs[name][0].send_signal(signal.SIGINT)  # it ends at once; its finished epochs are on disk
+            print(f"  {name}: stopped after {seen.get(name, 0)} epochs, {stopped[name]}", flush=True)
+        if len(kept) < len(work):
+            shared()
+            save()
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -297,20 +458,27 @@ def wave(args, lines):
                     name = todo.pop(0)
                     os.makedirs(os.path.join(args.out, name), exist_ok=True)
                     log = open(os.path.join(args.out, name, "train.log"), "w")
+                    began[name] = time.time()
                     procs[name] = (subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), *argv[name]],
                                                     stdout=log, stderr=subprocess.STDOUT, env=env, cwd=HERE), log)
+                    shared()
+                if watch():
+                    fit()
                 for name, (p, log) in list(procs.items()):
                     if p.poll() is not None:
                         log.close()
                         d = os.path.join(args.out, name)
                         mark_diverged(d)
                         del procs[name]
-                        if p.returncode != 0 and name not in retried and run_state(d) == ("cut short", 0) and \
+                        shared()
+                        if p.returncode != 0 and name not in retried and name not in stopped and \
+                                run_state(d) == ("cut short", 0) and \
                                 argv[name][argv[name].index("--graph") + 1] == "capture":
                             retried[name] = retry_eager(d, argv[name])
+                            seen.pop(name, None)
                             todo.insert(0, name)
                             print(f"  {name}: {retried[name]}", flush=True)
-                        else:
+                        elif name not in stopped:
                             print(f"  {name}: {run_state(d)[0]} after {time.time() - t0:.0f} s", flush=True)
                         save()
                 if args.budget and time.time() - t0 > args.budget and procs:
@@ -323,7 +491,7 @@ def wave(args, lines):
         except KeyboardInterrupt:
             cut = "stopped (SIGTERM or Ctrl-C)"
         finally:
-            for p, _ in procs.values():  # each stops at its checkpoint, its finished epochs written
+            for p, _ in procs.values():  # each stops at once, its finished epochs written
                 p.send_signal(signal.SIGINT)
             for name, (p, log) in procs.items():
                 try:
@@ -341,9 +509,10 @@ def wave(args, lines):
     states = [r["state"] for r in info["runs"].values()]
     util = [g[1] for g in info["gpu"]]
     print(f"recipe wave {info['wave']}: {states.count('finished')} of {len(states)} finished in {info['seconds']} s"
+          + (f", {len(stopped)} stopped so that the rest could finish" if stopped else "")
           + (f" ({cut})" if cut else "") + (f"; GPU utilisation mean {sum(util) / len(util):.0f}%, memory peak "
                                             f"{max(g[2] for g in info['gpu']):.0f} MiB" if util else ""))
-    return 0 if states.count("finished") == len(states) else 1
+    return 0 if states.count("finished") == len(states) - states.count("stopped") else 1
 
 
 # ---------------------------------------------------------------- pack
@@ -399,6 +568,7 @@ def pack_folder(folder, path, given):
     for name, run in sorted(info["runs"].items()):
         d = os.path.join(folder, name)
         state, _ = run_state(d)
+        state = "stopped" if run.get("stopped") and state == "cut short" else state
         rows, prov = whole_lines(d, "metrics.jsonl"), info["provenance"]
         if os.path.exists(os.path.join(d, "config.json")):
             with open(os.path.join(d, "config.json")) as f:
@@ -407,7 +577,7 @@ def pack_folder(folder, path, given):
         new.append(dict(wave=info["wave"], size=info["size"], noise=info["noise"], rate=info["rate"], row=run["row"],
                         seed=run["seed"], state=state, flags=flags, mps=info.get("mps"),
                         graph=run["argv"][run["argv"].index("--graph") + 1] if "--graph" in run["argv"] else info["graph"],
-                        restarted=run.get("restarted"), provenance=prov, rows=rows))
+                        restarted=run.get("restarted"), stopped=run.get("stopped"), provenance=prov, rows=rows))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with gzip.open(path + ".tmp", "wt") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in lines + new)
