@@ -2,6 +2,7 @@
 
     python -m tools.plot runs/RUN_A runs/RUN_B --out plots    # compare runs epoch by epoch
     python -m tools.plot sweeps/fig3-demo                     # Fig. 3: final accuracy against b
+    python -m tools.plot --eta-rule --out docs                # how to choose η: Eq. 7 against the noise
 
 accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run; a
                     cohort adds C dotted, D dash-dot, ...
@@ -19,6 +20,9 @@ entropy.png      -- per run (entropy-<run>.png for several, with parent folders 
 b_sweep.png      -- a sweep directory (run folders with summary.json): final test_acc_mean against b,
                     one line per noise rate or η, error bars = sample std over seeds; two panels
                     like Fig. 3 when both the rate and η vary
+eta-rule.png     -- --eta-rule, no run needed: schedule.chi over a run for η = 1, 2, 4 and b = 0, −5, a panel
+                    for K = 10 and one for K = 100, with the entropy H_ν of labels under symmetric noise at
+                    ν = 0.2, 0.4, 0.6 as grey lines: what starts above H_ν falls through the noisy labels
 
 Legends name runs in the paper's words, "CMD-P (η=4, b=−5), model A", adding what else tells the
 compared runs apart: "+ MyLC" (the label correction), the noise, the architecture, the seed.
@@ -40,7 +44,8 @@ import numpy as np
 
 from label_correction import LABEL_CORRECTIONS
 from mutual import MODES
-from noise import NOISE
+from noise import NOISE, transition_matrix
+from schedule import chi
 from training import runfiles
 from training.errors import Parser, UserError, one_line
 
@@ -422,6 +427,44 @@ def plot_sweep(plt, sweep_dir, path):
     return save(plt, fig, path)
 
 
+# ---------------------------------------------------------------- Eq. 7 against the noise: how to choose η
+ETA_RULE = dict(etas=(1.0, 2.0, 4.0), bs=(0.0, -5.0), classes=(10, 100), rates=(0.2, 0.4, 0.6), steps=200)
+
+
+def noise_entropy(rate, num_classes):
+    """H_ν: the entropy of a clean label's row of noise.transition_matrix("sym", ν, K), the prediction of a network
+    that has learned the noisy labels and not memorised them: −(1 − ν) ln(1 − ν) − ν ln(ν/(K − 1))."""
+    row = transition_matrix("sym", rate, num_classes)[0]
+    return float(-(row * np.log(row)).sum())
+
+
+def plot_eta_rule(plt, path, etas, bs, classes, rates, steps):
+    """eta-rule.png: schedule.chi over a run (t from 0 to Γ) for each η (a colour) and b (CMD-S dashed, CMD-P
+    solid), a panel per K, with H_ν of symmetric noise at each rate as a grey line. A prediction is taught where
+    its entropy is below χ: a χ that starts above H_ν falls through the noisy labels' entropy; one that starts
+    below it teaches only what is more confident than the noise allows."""
+    total = 1.0  # Γ: χ depends on t/Γ alone, so one run of any length
+    t = np.linspace(0, total, steps + 1)
+    fig, axes = plt.subplots(1, len(classes), figsize=(len(classes) * FIGSIZE[0], FIGSIZE[1]), sharey=False)
+    for ax, k in zip(np.atleast_1d(axes), classes):
+        for i, eta in enumerate(etas):
+            for b in bs:
+                ax.plot(t, [chi(x, total, k, eta, b) for x in t], color=f"C{i}", ls="--" if b == 0 else "-",
+                        label=f"η = {number(eta)}, b = {number(b)}" + (" (CMD-S)" if b == 0 else " (CMD-P)"))
+        for rate in rates:
+            h = noise_entropy(rate, k)
+            ax.axhline(h, color="0.5", lw=0.8, ls=":")
+            ax.annotate(f"$H_\\nu$, ν = {rate:g}", (total, h), xytext=(-2, 2), textcoords="offset points", ha="right",
+                        va="bottom", fontsize=7, color="0.35")
+        ax.set_xlabel("t / Γ (training time, t from 0)")
+        ax.set_ylabel("χ (nats)")
+        ax.set_title(f"K = {k}: χ of Eq. 7 against the noisy labels' entropy", fontsize=10)
+        ax.set_ylim(0, None)
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper right")
+    return save(plt, fig, path)
+
+
 def epoch_list(text):
     """--hist-epochs: comma-separated epoch numbers, 1 or more."""
     try:
@@ -436,12 +479,17 @@ def epoch_list(text):
 @one_line("plot.py")
 def main(argv=None):
     p = Parser(description=__doc__.split("\n")[0])
-    p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="train.py run folders, or sweep.py sweep folders")
+    p.add_argument("dirs", nargs="*", metavar="RUN_DIR", help="train.py run folders, or sweep.py sweep folders")
     p.add_argument("--out", help="output folder (default: the RUN_DIR when one is given, else plots/)")
     p.add_argument("--hist-epochs", type=epoch_list,
                    help="epochs shown by entropy.png, e.g. 1,3,5,10,40 (default: six, spaced geometrically)")
     p.add_argument("--only", choices=("entropy",), help="entropy: the entropy figures alone")
+    p.add_argument("--eta-rule", action="store_true",
+                   help="draw eta-rule.png: Eq. 7's χ over a run for η = 1, 2, 4 and b = 0, −5 at K = 10 and 100, "
+                        "with symmetric noise's entropy H_ν at ν = 0.2, 0.4, 0.6 (docs/copy.md); needs no RUN_DIR")
     args = p.parse_args(argv)
+    if not args.dirs and not args.eta_rule:
+        p.error("give a RUN_DIR or sweep folder, or --eta-rule")
     runs, sweeps = [], []
     for d in args.dirs:  # every folder is read before the first file is written
         if os.path.exists(os.path.join(d, "metrics.jsonl")):
@@ -464,6 +512,8 @@ def main(argv=None):
     except OSError as e:  # a file, or a path through one
         raise UserError(f"--out {out} cannot be a folder ({e.strerror or e}); choose another --out") from None
     written = plot_runs(plt, runs, out, args.hist_epochs, args.only) if runs else []
+    if args.eta_rule:
+        written.append(plot_eta_rule(plt, os.path.join(out, "eta-rule.png"), **ETA_RULE))
     for d, tag in zip(sweeps, unique_names(sweeps)):
         name = "b_sweep.png" if len(sweeps) == 1 else f"b_sweep-{tag}.png"
         written += [w for w in [plot_sweep(plt, d, os.path.join(out, name))] if w]
