@@ -1,10 +1,13 @@
 """What a user copies runs alone and trains what train.py trains.
 
-The README's "Copy the loss" block, with the functions it says to paste, runs in a fresh interpreter in an empty
-directory, and its losses, chi, taught counts and MyLC's r follow mutual_step (CMD-P + MyLC, Method's defaults)
-and train.py's r step by step, over a run long enough for r to pass rho. losses.cmd_loss pasted alone below
-`import math, torch, F`, and schedule.py copied whole, give the objective's numbers on a random batch; noise.py
-copied whole gives the project's noisy labels.
+docs/copy.md's block, with the functions it says to paste (the file `python -m tools.cmdloss` writes), runs in a
+fresh interpreter in an empty directory, and its line per epoch (χ, taught fractions, mean H(p), r, the taught
+samples' clean share, losses) follows mutual_step (CMD-P + MyLC, Method's defaults) and train.py's r, over a run
+long enough for r to pass rho; without clean labels it prints the same line less the clean share; stopped after
+epoch 3 and resumed by the page's lines, it prints the same lines. The README's copy section holds the same block.
+losses.cmd_loss pasted alone below `import math, torch, F`, and schedule.py copied whole, give the objective's
+numbers on a random batch; the noise's file `tools.cmdloss --noise` writes gives the project's noisy labels. The
+page's picture of the η rule is drawn again by the command it shows, from schedule.chi.
 """
 import ast
 import builtins
@@ -13,10 +16,12 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import symtable
 import sys
 
+import pytest
 import torch
 
 import label_correction
@@ -28,27 +33,38 @@ from mutual import Clock, Method, Precision, mutual_step, sum_names
 from tools import cmdloss
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+GUIDE = os.path.join(HERE, "docs", "copy.md")
 HEADER = "import math\n\nimport torch\nimport torch.nn.functional as F\n"  # all a pasted function may import
 MODULES = {"schedule.py": schedule, "losses.py": losses, "label_correction.py": label_correction}
 TOL = 1e-5
+LINE = re.compile(r"epoch +(?P<epoch>\d+) \| chi (?P<chi>\S+) \| taught b2a (?P<taught_b2a>\S+) a2b (?P<taught_a2b>\S+) \| "
+                  r"mean H\(p\) (?P<h_a>\S+) (?P<h_b>\S+) \| r (?P<r_a>\S+) (?P<r_b>\S+)"
+                  r"(?: \| clean share b2a (?P<clean_b2a>\S+) a2b (?P<clean_a2b>\S+))? \| loss (?P<loss_a>\S+) (?P<loss_b>\S+)")
 
 
-def readme_block():
-    """The one Python block of the README's "Copy the loss" section."""
-    text = open(os.path.join(HERE, "README.md")).read()
-    section = text[text.index("## Copy the loss\n"):]
-    section = section[:section.index("\n## ")]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 1, f"the copy section has {len(blocks)} Python blocks, not one"
+def blocks_in(path, heading, lang="python"):
+    """The ```lang blocks of the section of the Markdown file at path that starts with `heading`."""
+    text = open(path).read()
+    section = text[text.index(heading + "\n"):]
+    section = section[:section.index("\n## ")] if "\n## " in section else section
+    return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
+
+
+def guide_block():
+    """The one Python block of docs/copy.md's "The loop"."""
+    blocks = blocks_in(GUIDE, "## The loop")
+    assert len(blocks) == 1, f"docs/copy.md's loop has {len(blocks)} Python blocks, not one"
     return blocks[0]
 
 
 def pasted(block):
-    """[(file, function, lines)] that the block's comments say to paste, and the total they state."""
+    """[(file, function, lines)] that the block's comments say to paste, the total they state, and the lines of
+    the whole file it states."""
     listed = [(f, name, int(n)) for f, names in re.findall(r"^#\s+(\w+\.py): (.+)$", block, re.M)
               for name, n in re.findall(r"(\w+) \((\d+) lines\)", names)]
-    total = int(re.search(r"\((\d+) lines\):", block).group(1))
-    return listed, total
+    total = int(re.search(r"functions of this repository, decorators included \((\d+) lines\):", block).group(1))
+    whole = int(re.search(r"writes \((\d+) lines\)", block).group(1))
+    return listed, total, whole
 
 
 def free_names(source):
@@ -64,34 +80,60 @@ def free_names(source):
     return names
 
 
-def run_alone(tmp_path, script, files):
+def run_alone(tmp_path, script, files, writes=()):
     """Run script in a fresh interpreter, cwd = tmp_path holding only `files` (None: already there), without this
-    repository on its path. Returns the JSON lines it prints."""
+    repository on its path; it may write the files named in writes. Returns the lines it prints."""
     for name, text in files.items():
         if text is not None:
             (tmp_path / name).write_text(text)
     (tmp_path / "main.py").write_text(script)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run([sys.executable, "-E", "-s", "main.py"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=240)
     assert res.returncode == 0, res.stderr
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == sorted([*files, "main.py"])
-    return [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == sorted([*files, *writes, "main.py"])
+    return res.stdout.splitlines()
 
 
-def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_path):
-    block = readme_block()
-    listed, total = pasted(block)
+def run_json(tmp_path, script, files):
+    """run_alone's lines, each a JSON value."""
+    return [json.loads(line) for line in run_alone(tmp_path, script, files)]
+
+
+def variants(block):
+    """The block as pasted; without clean labels; stopped after epoch 3 with the page's saving lines; resumed by
+    the page's resuming lines. One script: each copy seeds and builds its own data and models."""
+    save, resume = blocks_in(GUIDE, "## Resume")
+    lines = block.splitlines(True)
+    after = next(line for line in lines if line.startswith("    r = confidence_from_sum("))  # the epoch's end
+    start = next(line for line in lines if line.startswith("r = [0.0, 0.0]")) + "for epoch in range(epochs):\n"
+    assert block.count(after) == 1 and block.count(start) == 1, "the loop's first or last lines moved"
+    no_clean = block.replace("\n# CMD-P + MyLC\n", "\nbatches = [(x, y, None) for x, y, _ in batches]\n# CMD-P + MyLC\n")
+    stopped = block.replace(after, after + save + "    if epoch + 1 == 3:\n        break\n")
+    resumed = block.replace(after, after + save).replace(start, resume)
+    assert no_clean != block and stopped != block and resumed != block
+    return "\n".join([block, no_clean, stopped, resumed])
+
+
+def test_the_readme_holds_docs_copy_md_s_block():
+    readme = blocks_in(os.path.join(HERE, "README.md"), "## Copy the loss")
+    assert readme == [guide_block()], "the README's copy block differs from docs/copy.md's"
+
+
+def test_the_guides_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_path):
+    block = guide_block()
+    listed, total, whole = pasted(block)
     sources = []
     for file, name, lines in listed:
         source = inspect.getsource(getattr(MODULES[file], name))
-        assert len(source.splitlines()) == lines, f"the README says {file}:{name} has {lines} lines"
+        assert len(source.splitlines()) == lines, f"docs/copy.md says {file}:{name} has {lines} lines"
         sources.append(source)
     assert sum(n for _, _, n in listed) == total
     names = {name for _, name, _ in listed}
     assert {"cmd_loss", "chi", "mylc", "confidence_from_sum"} <= names
     assert [name for _, name, _ in listed] == [name for _, name in cmdloss.FUNCTIONS]
     module = cmdloss.text()  # what `python -m tools.cmdloss cmdloss.py` writes: the notice, then the functions
+    assert len(module.splitlines()) == whole, f"docs/copy.md says the file has {whole} lines"
     license_text = open(os.path.join(HERE, "LICENSE")).read()
     assert module.startswith("# MIT License\n") and all(f"# {line}".rstrip() in module for line in license_text.splitlines())
     assert module.endswith(HEADER + "".join(f"\n\n{s}" for s in sources))
@@ -99,7 +141,10 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     assert not missing, f"the pasted functions also need {missing}"
     imported = re.search(r"^from (\w+) import (.+)$", block, re.M)
     assert {n.strip() for n in imported.group(2).split(",")} <= names
-    rows = run_alone(tmp_path, block, {f"{imported.group(1)}.py": module})
+    printed = run_alone(tmp_path, variants(block), {f"{imported.group(1)}.py": module}, writes=["cmd_state.pt"])
+    rows = [LINE.fullmatch(line) for line in printed]
+    assert all(rows), [line for line, row in zip(printed, rows) if not row]
+    rows = [row.groupdict() for row in rows]
 
     # The same data and models, trained by the project: mutual_step with Method's defaults, train.py's r.
     import train  # imported here, as the other tests do: its r function, which tools.batched shares
@@ -107,38 +152,47 @@ def test_the_readme_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     assert train.confidence_from_sum is batched.confidence_from_sum is label_correction.confidence_from_sum
     ns = {"torch": torch}
     exec(block[block.index("torch.manual_seed("):block.index("# CMD-P + MyLC")], ns)  # the block's data, models
-    K, N, steps, epochs, nets, opts = ns["K"], ns["N"], ns["steps"], ns["epochs"], ns["nets"], ns["opts"]
+    K, steps, epochs, nets, opts = ns["K"], ns["steps"], ns["epochs"], ns["nets"], ns["opts"]
     method = Method()
     assert (method.mode, method.lc) == ("progressive", "mylc")
     precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
     names = sum_names(2)
     r = [torch.zeros(()), torch.zeros(())]  # as a fresh run of train.py starts
-    assert len(rows) == epochs * steps
-    off, taught = {}, []  # (epoch, step, what) -> |the block's number - the project's|; the project's counts
+    assert len(rows) == 3 * epochs  # as pasted; without clean labels; stopped after epoch 3, then resumed from 4
+    pasted_rows, no_clean, resumed = rows[:epochs], rows[epochs:2 * epochs], rows[2 * epochs:]
+    off, exact = {}, []  # (epoch, what) -> |the block's number - the project's|; (the block's, the project's)
     for epoch in range(epochs):
         acc = torch.zeros(len(names))
         for step, batch in enumerate(ns["batches"]):
-            row = rows[epoch * steps + step]
             clock = Clock(epoch, step, steps, epochs, 0)
             chi = method.chi_at(clock.t, epochs, K)
-            assert abs(row["chi"] - chi) < 1e-12 and (row["epoch"], row["step"]) == (epoch, step)
-            off.update({(epoch, step, f"r_{x}"): abs(row["r"][k] - float(r[k])) for k, x in enumerate("ab")})
-            sums, _ = mutual_step(nets, opts, (*batch, batch[1]), method, chi, r, clock, precision)
+            sums, _ = mutual_step(nets, opts, batch, method, chi, r, clock, precision)
             acc += sums
-            n = sums[names.index("samples")]
-            off.update({(epoch, step, f"loss_{x}"): abs(row[f"loss_{x}"] - float(sums[names.index(f"loss_{x}")] / n))
-                        for x in "ab"})
-            taught.append([int(sums[names.index(f"selected_{d}")]) for d in ("b2a", "a2b")])
+        row, n = pasted_rows[epoch], acc[names.index("samples")].item()
+        taught = {d: int(acc[names.index(f"selected_{d}")]) for d in ("b2a", "a2b")}
+        clean = {d: int(acc[names.index(f"clean_label_{d}")]) for d in ("b2a", "a2b")}
+        exact += [(row["epoch"], str(epoch + 1)), (row["chi"], f"{chi:.4f}")]
+        exact += [(row[f"taught_{d}"], f"{taught[d] / n:.4f}") for d in ("b2a", "a2b")]
+        exact += [(row[f"clean_{d}"], f"{clean[d] / taught[d]:.3f}" if taught[d] else "-") for d in ("b2a", "a2b")]
+        for k, x in enumerate("ab"):  # printed to 4 decimals (losses to 6): the rounding, then TOL
+            off[(epoch, f"r_{x}")] = abs(float(row[f"r_{x}"]) - float(r[k])) - 5e-5
+            off[(epoch, f"h_{x}")] = abs(float(row[f"h_{x}"]) - acc[names.index(f"entropy_{x}")].item() / n) - 5e-5
+            off[(epoch, f"loss_{x}")] = abs(float(row[f"loss_{x}"]) - acc[names.index(f"loss_{x}")].item() / n) - 5e-7
         # train.py's r for the next epoch, from the epoch's sums
-        r = train.confidence_from_sum([acc[names.index(f"entropy_{x}")] for x in "ab"],
-                                      acc[names.index("samples")].item(), K)
+        r = train.confidence_from_sum([acc[names.index(f"entropy_{x}")] for x in "ab"], n, K)
+    assert [got for got, _ in exact] == [want for _, want in exact]
     # The whole run, not the first step off: r passes rho, so in the last epochs MyLC moves the targets by
     # ε >= l(p)/2, and a mistake in them (swapped, r ignored, another rho) moves the losses by 1e-3 or more.
-    assert min(rows[-1]["r"]) > method.mylc_rho
-    assert any(sum(row["taught"]) for row in rows) and not all(sum(row["taught"]) == 2 * N for row in rows)
+    assert min(float(v) for v in (pasted_rows[-1]["r_a"], pasted_rows[-1]["r_b"])) > method.mylc_rho
+    taught = [float(row[f"taught_{d}"]) for row in pasted_rows for d in ("b2a", "a2b")]
+    assert max(taught) > 0.1 and max(taught) < 0.9  # some taught, never the whole batch
+    assert any(row["clean_b2a"] not in ("-", "1.000") for row in pasted_rows)  # a noisy label among the taught
     worst = max(off, key=off.get)
-    assert off[worst] < TOL, f"{worst}: off by {off[worst]:.2g}, {off[worst] / TOL:.3g} x the tolerance"
-    assert [row["taught"] for row in rows] == taught
+    assert off[worst] < TOL, f"{worst}: off by {off[worst]:.2g} beyond the rounding, {off[worst] / TOL:.3g} x the tolerance"
+    # without clean labels: the same line less the clean share; stopped and resumed: the same lines
+    assert all(row["clean_b2a"] is None for row in no_clean)
+    assert no_clean == [{**row, "clean_b2a": None, "clean_a2b": None} for row in pasted_rows]
+    assert resumed == pasted_rows  # epochs 1-3 until stopped, then 4 on from the saved state
 
 
 TEN_CLASSES = """import json, math
@@ -146,7 +200,7 @@ import torch
 import torch.nn.functional as F
 from cmdloss import chi, cmd_loss, confidence_from_sum, entropy, mylc
 
-# ten classes from a random linear map, 40% of the labels flipped to another class; the README block's loop
+# ten classes from a random linear map, 40% of the labels flipped to another class; docs/copy.md's loop
 torch.manual_seed(0)
 K, D, N, steps, epochs, rate = 10, 16, 64, 16, 6, 0.4
 xs, w = torch.randn(steps, N, D), torch.randn(D, K)
@@ -194,8 +248,8 @@ for eta in (4.0, 2.0):
 
 
 def test_at_ten_classes_and_40_percent_noise_the_blocks_eta_teaches_little_and_eta_2_teaches(tmp_path):
-    # the README's "When it teaches nothing" and "Choosing eta", with the file tools.cmdloss writes
-    rows = run_alone(tmp_path, TEN_CLASSES, {"cmdloss.py": cmdloss.text()})
+    # docs/copy.md's "Reading the line" and "Choosing η", with the file tools.cmdloss writes
+    rows = run_json(tmp_path, TEN_CLASSES, {"cmdloss.py": cmdloss.text()})
     h_r = -0.6 * math.log(0.6) - 0.4 * math.log(0.4 / 9)  # the noisy labels' entropy, 1.55 nats
     at = {eta: [row for row in rows if row["eta"] == eta] for eta in (4.0, 2.0)}
     assert round(h_r, 2) == 1.55 and round(at[4.0][0]["ceiling"], 2) == 1.06 and round(at[2.0][0]["ceiling"], 2) == 2.13
@@ -204,6 +258,11 @@ def test_at_ten_classes_and_40_percent_noise_the_blocks_eta_teaches_little_and_e
     assert all(row["ceiling"] < h_r - 0.3 < min(row["mean_h"]) for row in at[4.0][1:])
     for row in at[2.0][:2]:  # eta = 2: the ceiling above H_r, and a good part taught from the start
         assert min(row["taught"]) > 0.15, row
+    # the numbers docs/copy.md quotes: η = 4 teaches 0.026-0.058 in epochs 2-3, η = 2 0.46-0.49 in epoch 2
+    assert 0.02 < min(min(row["taught"]) for row in at[4.0][1:3]) and max(max(row["taught"]) for row in at[4.0][1:3]) < 0.06
+    assert min(at[2.0][1]["taught"]) > 0.45
+    guide = open(GUIDE).read()
+    assert "η = 4 teaches 0.026–0.058" in guide and "η = 2 teaches\n  0.46–0.49 in epoch 2" in guide
     assert all(row["same"] for row in rows)
 
 
@@ -234,7 +293,7 @@ print(json.dumps(dict(chi=threshold, loss_a=(F.cross_entropy(z_a, q_a) + loss_b2
 """
     files = {"copied_loss.py": source, "copied_schedule.py": open(os.path.join(HERE, "schedule.py")).read(),
              "batch.pt": None}
-    got, = run_alone(tmp_path, script, files)
+    got, = run_json(tmp_path, script, files)
     assert got["chi"] == chi
     assert abs(got["loss_a"] - out.losses[0].item()) < 1e-6 and abs(got["loss_b"] - out.losses[1].item()) < 1e-6
 
@@ -250,14 +309,82 @@ def imports(source):
     return found
 
 
-def test_noise_py_copied_whole_gives_the_projects_noisy_labels(tmp_path):
-    """The README's copy section: noise.py, copied whole, needs numpy alone (beside Python's own modules)."""
-    source = open(os.path.join(HERE, "noise.py")).read()
+def shown_cmdloss(tmp_path):
+    """docs/copy.md's `python -m tools.cmdloss` command, its ~/myproject/ paths moved into tmp_path: its argv."""
+    shown, = blocks_in(GUIDE, "# Copy the loss", lang="bash")
+    line, = [line for line in shown.splitlines() if line.startswith("python -m tools.cmdloss ")]
+    return [a.replace("~/myproject/", f"{tmp_path}/") for a in shlex.split(line)[3:]]
+
+
+def test_the_noise_file_tools_cmdloss_writes_gives_the_projects_noisy_labels(tmp_path, capsys):
+    """docs/copy.md's `--noise` file: noise.py whole under the notice, numpy alone (beside Python's own modules)."""
+    argv = shown_cmdloss(tmp_path)
+    assert cmdloss.main(argv) == 0
+    capsys.readouterr()
+    loss_file, noise_file = argv[0], argv[argv.index("--noise") + 1]
+    assert open(loss_file).read() == cmdloss.text()
+    source = open(noise_file).read()
+    assert source == cmdloss.notice() + "# From the CMD reference implementation: noise.py, whole.\n" + \
+        open(os.path.join(HERE, "noise.py")).read()
     assert imports(source) - sys.stdlib_module_names <= {"numpy"}
     labels = list(range(10)) * 20
     script = f"""import json
-from noise import add_noise
+from {os.path.basename(noise_file)[:-3]} import add_noise
 print(json.dumps([add_noise({labels!r}, kind, 0.4, 10, seed=3).tolist() for kind in ("sym", "pair")]))
 """
-    got, = run_alone(tmp_path, script, {"noise.py": source})
+    run = tmp_path / "run"
+    run.mkdir()
+    got, = run_json(run, script, {os.path.basename(noise_file): source})
     assert got == [noise.add_noise(labels, kind, 0.4, 10, seed=3).tolist() for kind in ("sym", "pair")]
+
+
+def test_tools_cmdloss_checks_both_files_before_it_writes_either(tmp_path, capsys):
+    argv = shown_cmdloss(tmp_path)
+    loss_file, noise_file = argv[0], argv[argv.index("--noise") + 1]
+    for name, bad in (("an existing noise file", [loss_file, "--noise", str(tmp_path / "there.py")]),
+                      ("the same file twice", [loss_file, "--noise", loss_file]),
+                      ("a missing folder", [loss_file, "--noise", str(tmp_path / "no" / "n.py")])):
+        (tmp_path / "there.py").write_text("# yours\n")
+        with pytest.raises(SystemExit) as e:
+            cmdloss.main(bad)
+        assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1, name
+        assert not os.path.exists(loss_file) and open(tmp_path / "there.py").read() == "# yours\n", name
+    assert cmdloss.main(argv) == 0 and os.path.exists(noise_file)
+    with pytest.raises(SystemExit):
+        cmdloss.main(argv)  # both exist now: refused, left as they are
+    assert open(loss_file).read() == cmdloss.text()
+
+
+def test_the_eta_rule_picture_is_drawn_again_from_schedule_chi_by_the_command_docs_copy_md_shows(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from tools import plot
+    guide = open(GUIDE).read()
+    cmd = shlex.split(re.search(r"`(python -m tools\.plot --eta-rule[^`]*)`", guide).group(1))
+    assert "](eta-rule.png)" in guide
+    figs, save = {}, plot.save
+
+    def keep(plt, fig, path):
+        figs[os.path.basename(path)] = fig
+        return save(plt, fig, path)
+    monkeypatch.setattr(plot, "save", keep)
+    monkeypatch.chdir(HERE)
+    assert plot.main(cmd[3:] + ["--out", str(tmp_path)]) == 0
+    assert os.listdir(tmp_path) == ["eta-rule.png"]
+    with Image.open(tmp_path / "eta-rule.png") as drawn, Image.open(os.path.join(HERE, "docs", "eta-rule.png")) as kept:
+        assert drawn.size == kept.size
+    # what it shows: χ of Eq. 7 for η = 1, 2, 4 and b = 0, -5 at K = 10 and 100; H_ν at ν = 0.2, 0.4, 0.6
+    axes = figs["eta-rule.png"].axes
+    assert len(axes) == 2
+    for ax, k in zip(axes, (10, 100)):
+        curves = [line for line in ax.get_lines() if line.get_label().startswith("η")]
+        drawn = {(float(line.get_label().split()[2].rstrip(",")), line.get_linestyle()) for line in curves}
+        assert drawn == {(eta, ls) for eta in (1.0, 2.0, 4.0) for ls in ("-", "--")}
+        for line in curves:
+            eta = float(line.get_label().split()[2].rstrip(","))
+            b = 0.0 if line.get_linestyle() == "--" else -5.0
+            t = line.get_xdata()
+            assert t[0] == 0 and t[-1] == 1 and list(line.get_ydata()) == [schedule.chi(x, 1.0, k, eta, b) for x in t]
+        levels = sorted(line.get_ydata()[0] for line in ax.get_lines() if line not in curves)
+        want = [-(1 - v) * math.log(1 - v) - v * math.log(v / (k - 1)) for v in (0.2, 0.4, 0.6)]
+        assert levels == pytest.approx(want, rel=1e-12)
