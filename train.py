@@ -182,7 +182,8 @@ def data_and_labels(args, run, setup):
             check_files(args, train, tests, setup.log)
         noisy = run.noisy_labels(len(train.labels), d.num_classes)
         if noisy is None and args.noise == "human":  # CIFAR-N: one human label per training image, in its order
-            noisy = human_labels(args.noise_file, args.dataset, args.noise_key, d.train.labels, d.num_classes)[keep]
+            noisy = human_labels(args.noise_file, datasets.DATASETS[args.dataset].human, args.noise_key,
+                                 d.train.labels, d.num_classes)[keep]
         elif noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
             noisy = add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
     except datasets.BadImages as e:

@@ -7,6 +7,9 @@ whole run, as a Ctrl-C anywhere else does, so that --junitxml is still written: 
 import pytest
 import torch
 from torchvision import datasets as tv
+from torchvision.datasets.vision import VisionDataset
+
+from training.datasets import DATASETS
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,9 +23,12 @@ def pytest_collection_modifyitems(config, items):
 
 # The md5 sums torchvision publishes for its datasets. Tests stand tiny copies of the files in for the published
 # ones by setting their sums on the classes (test_datasets.publish, test_downloads.md5s_of); each test gets the
-# real ones back afterwards.
-PUBLISHED = [(cls, attr) for cls in (tv.CIFAR10, tv.CIFAR100) for attr in ("train_list", "test_list", "meta", "tgz_md5")]
-PUBLISHED += [(tv.MNIST, "resources"), (tv.FashionMNIST, "resources"), (tv.Food101, "_MD5")]
+# real ones back afterwards. Every data attribute of every torchvision dataset class, and of any other class a record
+# of training/datasets.py names, is kept, so that no list here can leave out a class a record or a test's fixture uses.
+CLASSES = [c for c in vars(tv).values() if isinstance(c, type) and issubclass(c, VisionDataset)]
+CLASSES += [d.source for d in DATASETS.values() if d.source is not None and d.source not in CLASSES]
+PUBLISHED = [(cls, attr) for cls in CLASSES for attr, v in vars(cls).items()
+             if not attr.startswith("__") and isinstance(v, (str, bytes, int, float, tuple, list, dict))]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -35,9 +41,17 @@ def pytest_runtest_call(item):
         item.session.shouldstop = "stopped by Ctrl-C (SIGINT): a test's train.py or tool exited with 130"
 
 
+def _copy(v):
+    """v with each list and dict in it copied, so that a test that edits one in place (a list of [file, md5]) edits
+    the class's, not the copy kept."""
+    if type(v) is list:
+        return [_copy(x) for x in v]
+    return {k: _copy(x) for k, x in v.items()} if type(v) is dict else v
+
+
 @pytest.fixture(autouse=True)
 def published_md5s():
-    saved = [(cls, attr, cls.__dict__[attr]) for cls, attr in PUBLISHED]
+    saved = [(cls, attr, _copy(cls.__dict__[attr])) for cls, attr in PUBLISHED]
     yield
     for cls, attr, value in saved:
         setattr(cls, attr, value)

@@ -14,8 +14,9 @@ from test_datasets import one_line, write_cifar, write_cifar10
 
 import train
 from tools import plot
-from training import cifar_n, config, rundir
-from training.datasets import DataError, load_dataset
+from training import cifar_n, config, datasets, rundir
+from training.errors import UserError
+from training.datasets import DATASETS, DataError, load_dataset
 
 # Noise rates of the fixture's label sets, so that each key gives different labels.
 RATES = {"noisy_label": 0.4, "worse_label": 0.4, "aggre_label": 0.1, "random_label1": 0.2, "random_label2": 0.25,
@@ -52,9 +53,9 @@ def cifar(tmp_path, dataset, **kw):
 
 
 def load(root, dataset, key=None, path=None):
-    d = load_dataset(dataset, root, download=False)
-    path = path or root / cifar_n.HUMAN_FILES[dataset]
-    return cifar_n.human_labels(str(path), dataset, key, d.train.labels, d.num_classes)
+    d, human = load_dataset(dataset, root, download=False), DATASETS[dataset].human
+    path = path or root / human.file
+    return cifar_n.human_labels(str(path), human, key, d.train.labels, d.num_classes)
 
 
 @pytest.mark.parametrize("key", sorted(cifar_n.CIFAR10N_KEYS))
@@ -98,7 +99,7 @@ def test_clean_label_mismatch_is_refused(tmp_path):
     human_file(root / "CIFAR-100_human.pt", clean, ["noisy_label"], 100, clean_label=wrong)
     with pytest.raises(DataError) as err:
         load(root, "cifar100")
-    assert "clean_label differs from the training labels of cifar-100-python at 1 of 40 images" in one_line(err)
+    assert "clean_label differs from the training labels at 1 of 40 images: not the CIFAR-100N file" in one_line(err)
 
 
 def test_shuffled_file_is_refused(tmp_path):
@@ -119,7 +120,7 @@ def test_file_for_the_other_dataset_is_refused(tmp_path, dataset):
     wrong = human_file(tmp_path / "other.pt", clean, keys, 10)  # labels in range, only the keys tell
     with pytest.raises(DataError) as err:
         load(root, dataset, "worst" if dataset == "cifar10" else None, path=tmp_path / "other.pt")
-    assert f"is the {other} file ({cifar_n.HUMAN_FILES[other]}" in one_line(err)
+    assert f"is the {DATASETS[other].human.name} file ({DATASETS[other].human.file}" in one_line(err)
     assert np.array_equal(wrong["clean_label"], clean)  # so only the keys gave it away
 
 
@@ -139,7 +140,7 @@ def test_truncated_files_are_refused(tmp_path):
     human_file(path, clean, [], 100, **{k: v[:30] for k, v in d.items()})  # labels of 30 images, not 40
     with pytest.raises(DataError) as err:
         load(root, "cifar100")
-    assert "'clean_label' holds 30 labels but the cifar100 training set has 40" in one_line(err)
+    assert "'clean_label' holds 30 labels but the training set has 40" in one_line(err)
     human_file(path, clean, ["noisy_label"], 100)
     data = path.read_bytes()
     for cut in (len(data) // 2, 40):  # a download cut short, in the zip and in the pickle's first bytes
@@ -225,7 +226,7 @@ def test_one_epoch_with_human_labels(tmp_path, capsys, dataset):
         row = json.loads(f.readline())
     assert row["memorized_a"] is not None and row["recall_b2a"] is not None  # the clean labels are known
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["noise_file"] == str(root / cifar_n.HUMAN_FILES[dataset]) and cfg["rate"] is None
+    assert cfg["noise_file"] == str(root / DATASETS[dataset].human.file) and cfg["rate"] is None
     assert cfg["noise_key"] == ("worst" if dataset == "cifar10" else None)
     assert plot.describe(cfg)["noise"] == ("human label noise (worst)" if dataset == "cifar10" else
                                            "human label noise")  # no rate to print
@@ -250,7 +251,7 @@ def test_subset_and_val_split_keep_each_image_with_its_human_label(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--dataset", "synthetic", "--noise", "human"], "--noise human reads the CIFAR-N labels of cifar10 or cifar100"),
+    (["--dataset", "synthetic", "--noise", "human"], "--noise human reads the CIFAR-N labels of cifar100 or cifar10"),
     (["--dataset", "cifar100", "--noise", "human", "--rate", "0.4"], "--rate 0.4 given with --noise human"),
     (["--dataset", "cifar100", "--noise", "human", "--noise-key", "aggre"], "CIFAR-100N has one: drop --noise-key"),
     (["--dataset", "cifar10", "--noise", "sym", "--noise-key", "worst"], "go with --noise human"),
@@ -283,3 +284,16 @@ def test_run_name_and_defaults():
     args = config.resolve(config.get_args(["--noise", "human", "--noise-file", "/x/labels.pt"]))
     assert args.noise_file == "/x/labels.pt" and args.noise_key is None
     assert os.path.basename(args.out) == "cifar100-human-progressive-mylc-resnet34-s0"
+
+
+def test_the_dataset_record_says_which_human_labels_it_has(monkeypatch, capsys):
+    """config reads the record's human labels, never the dataset's name: without them --noise human is refused, and
+    with CIFAR-10N's its label sets and their default follow."""
+    monkeypatch.setitem(datasets.DATASETS, "cifar10", DATASETS["cifar10"]._replace(human=None))
+    monkeypatch.setitem(datasets.DATASETS, "cifar100", DATASETS["cifar100"]._replace(human=cifar_n.CIFAR10N))
+    with pytest.raises(UserError, match="--noise human reads the CIFAR-N labels of cifar100, not cifar10"):
+        config.resolve(config.get_args(["--dataset", "cifar10", "--noise", "human"]))
+    args = config.resolve(config.get_args(["--dataset", "cifar100", "--noise", "human", "--data-dir", "/d"]))
+    assert args.noise_key == "worst" and args.noise_file == os.path.join("/d", "CIFAR-10_human.pt")
+    noise_file = next(a for a in config.parser()._actions if "--noise-file" in a.option_strings)
+    assert "<data-dir>/CIFAR-10_human.pt for cifar100" in noise_file.help  # the help is the records' too

@@ -4,6 +4,8 @@ import hashlib
 import json
 import os
 import pickle
+import socket
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import torch
 from PIL import Image
 from torchvision.datasets import utils as tvu
 
+import train
 from training import batches, datasets, images, webvision
 from training.datasets import DataError, FileImages, Synthetic, TensorImages, load_dataset
 
@@ -190,6 +193,72 @@ def test_cifar10_missing_batch_is_named(tmp_path):
     with pytest.raises(DataError) as err:
         load_dataset("cifar10", tmp_path, download=False)
     assert str(tmp_path / "cifar-10-batches-py" / "data_batch_4") in one_line(err)
+
+
+# ---------------------------------------------------------------------- SVHN
+
+def write_svhn(root, n_train=20, n_test=10, seed=0):
+    """SVHN/{train,test}_32x32.mat as the published files hold them: X (32, 32, 3, N) uint8 and y (N, 1), 10 for the
+    digit 0. Returns {split: (images (N, 3, 32, 32), digits)}. Their md5 sums are not published: publish_files."""
+    sio = pytest.importorskip("scipy.io")  # torchvision's SVHN reads the files through scipy
+    rng = np.random.default_rng(seed)
+    folder = root / "SVHN"
+    folder.mkdir(parents=True)
+    sets = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        x = rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+        digit = np.arange(n) % 10
+        sio.savemat(str(folder / f"{split}_32x32.mat"),
+                    {"X": x.transpose(2, 3, 1, 0), "y": np.where(digit == 0, 10, digit)[:, None].astype(np.uint8)})
+        sets[split] = (x, digit)
+    return sets
+
+
+def publish_files(name, root):
+    """Stand the plain files of a dataset published one per split (SVHN) under root in for the published ones: their
+    md5 sums become torchvision's (conftest puts the real sums back after the test)."""
+    d = datasets.DATASETS[name]
+    folder = root / d.published().folder
+    d.source.split_list = {s: [url, f, tvu.calculate_md5(str(folder / f)) if (folder / f).exists() else md5]
+                           for s, (url, f, md5) in d.source.split_list.items()}
+
+
+def test_svhn_reads_its_mat_files_through_torchvision(tmp_path):
+    sets = write_svhn(tmp_path)
+    publish_files("svhn", tmp_path)
+    d = load_dataset("svhn", tmp_path, download=False)
+    for got, (x, y) in ((d.train, sets["train"]), (d.tests["test"], sets["test"])):
+        assert got.images.dtype == torch.uint8 and got.images.is_contiguous() and torch.equal(got.images,
+                                                                                             torch.from_numpy(x))
+        assert got.labels.dtype == np.int64 and got.labels.tolist() == y.tolist()  # 10 read as the digit 0
+    x = sets["train"][0] / 255
+    assert d.num_classes == 10 and np.allclose(d.mean, x.mean((0, 2, 3))) and np.allclose(d.std, x.std((0, 2, 3)))
+    assert not datasets.DATASETS["svhn"].flip  # a mirrored digit is no digit
+
+
+def test_svhn_file_that_is_not_the_published_one_is_not_read(tmp_path):
+    write_svhn(tmp_path)
+    publish_files("svhn", tmp_path)
+    path = tmp_path / "SVHN" / "test_32x32.mat"
+    path.write_bytes(path.read_bytes()[:-1] + b"x")
+    with pytest.raises(DataError) as err:
+        load_dataset("svhn", tmp_path, download=False)
+    assert f"{path} is not the published file" in one_line(err)
+
+
+def test_svhn_without_scipy_says_to_install_it(tmp_path, monkeypatch):
+    write_svhn(tmp_path)
+    publish_files("svhn", tmp_path)
+    monkeypatch.setitem(sys.modules, "scipy.io", None)  # import scipy.io fails, as where scipy is not installed
+    with pytest.raises(DataError) as err:
+        load_dataset("svhn", tmp_path, download=False)
+    assert "with scipy, which is not installed" in one_line(err) and "pip install scipy" in one_line(err)
+
+
+def test_svhn_missing_without_download_says_where_its_files_go(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_dataset("svhn", tmp_path, download=False)
+    assert str(tmp_path / "SVHN" / "train_32x32.mat") in one_line(err) and "ufldl.stanford.edu" in one_line(err)
 
 
 # ------------------------------------------------------------------- Food-101
@@ -418,3 +487,28 @@ def test_take_subsets_both_kinds():
     files = FileImages([f"{i}.jpg" for i in range(10)], np.arange(10, dtype=np.int64), 32, "folder")
     sub = images.take(files, idx)
     assert sub.paths == ["3.jpg", "0.jpg", "7.jpg"] and sub.labels.tolist() == [3, 0, 7] and sub[2:] == (32, "folder")
+
+
+# ------------------------------------------------------------- every dataset of the registry
+
+@pytest.fixture
+def closed_port():
+    """A loopback port that refuses connections: bound, never listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("name", [n for n in datasets.DATASETS if n != "synthetic"])  # every one that reads files
+def test_a_dataset_whose_files_are_not_there_is_one_line_that_says_where_and_writes_nothing(tmp_path, capsys,
+                                                                                            closed_port, name):
+    """The registry's datasets, each through train.py: missing files are one line that names where they were looked
+    for, exit 2, and nothing under --data-dir or --out; a download (from a mirror that refuses) leaves nothing."""
+    data = tmp_path / "data"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--dataset", name, "--data-dir", str(data), "--data-mirror", f"http://127.0.0.1:{closed_port}/",
+                    "--arch", "cnn", "--device", "cpu", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("train.py: error:"), err
+    assert str(data) in err and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)

@@ -1,16 +1,18 @@
 """Every download path end to end, offline: a real HTTP server on 127.0.0.1, started and stopped here, serves tiny
 copies of the published files in their published formats and names (cifar-100-python.tar.gz, cifar-10-python.tar.gz,
-Fashion-MNIST's and MNIST's gzipped IDX files, food-101.tar.gz) to train.py's --data-mirror. train.py downloads them,
-checks their md5, extracts them with torchvision into the folders torchvision's classes read, reads them through
-those classes and readers (CIFAR's pickles only after torchvision has checked their md5) and trains one epoch. Each
+Fashion-MNIST's and MNIST's gzipped IDX files, SVHN's .mat files, food-101.tar.gz) to train.py's --data-mirror.
+train.py downloads them, checks their md5, extracts them with torchvision into the folders torchvision's classes
+read, reads them through those classes and readers (CIFAR's pickles only after torchvision has checked their md5)
+and trains one epoch. Each
 way a download fails (a refused connection, a 404, a connection cut short, a file cut short, a file with another md5)
 is one line that names the network or the integrity failure, exit 2, and leaves --data-dir as it was, down to the
 folders above it that the download made. The README's main command on a machine without network says so in one line.
 No request leaves the loopback address.
 
-A download is checked against the md5 sums torchvision's classes publish (download.published). The tiny copies have
-their own: the tests set those on the classes, in this process and this test only (conftest puts the real ones back),
-except where the published sum is the point.
+A download is checked against the md5 sums torchvision's classes publish, read off each class by the form its record
+names (Dataset.published). The tiny copies have their own: the tests set those on the classes, in this process and
+this test only (conftest puts the real ones back), except where the published sum is the point. The helpers that
+make the tiny published files and set their sums read the form from the record, and fail on a form they do not know.
 """
 import hashlib
 import http.server
@@ -25,40 +27,60 @@ import threading
 import numpy as np
 import pytest
 import torch
-from test_datasets import publish, write_cifar, write_cifar10, write_food101
+from test_datasets import publish, write_cifar, write_cifar10, write_food101, write_svhn
 from test_mnist import write_idx
-from torchvision import datasets as tv
 
 import train
 from training import download
 from training.datasets import DATASETS, FileImages, load_dataset
 
-CIFAR, IDX = ("cifar100", "cifar10"), ("fashionmnist", "mnist")  # the two kinds of download besides Food-101
-
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
-PUBLISHED = tuple(n for n, d in DATASETS.items() if d.source)  # every dataset with a download (the registry's)
+PUBLISHED = tuple(n for n, d in DATASETS.items() if d.published())  # every dataset with a download (the registry's)
 TRAINED = ("cifar100", "mnist", "food101")  # one training run per kind of data: pickles, IDX files, JPEG files
 RUN = ["--arch", "cnn", "--epochs", "1", "--batch-size", "4", "--device", "cpu", "--workers", "0"]
 
 
 # ---------------------------------------------------------------- the published files, tiny, and a server
 
+# Each downloadable dataset's tiny copy, written where its reader reads it with --data-dir <the folder>: an archive's
+# folder, the .gz files (IDX: in the folder itself), the plain files in their folder. A dataset missing here fails.
+WRITERS = {"cifar100": write_cifar, "cifar10": write_cifar10, "food101": write_food101, "svhn": write_svhn,
+           "fashionmnist": lambda root: write_idx(root, gz=True, seed=0),
+           "mnist": lambda root: write_idx(root, gz=True, seed=1)}
+
+
+class Tiny(dict):
+    """{dataset: (the folder its tiny files were written in, {published file name: bytes})}, each made on first use
+    (a test that needs scipy for SVHN's files skips alone)."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name):
+        if name not in WRITERS:
+            pytest.fail(f"no tiny copy of {name}'s published files: add its writer to test_downloads.WRITERS")
+        p, source = DATASETS[name].published(), self.root / name
+        source.mkdir()
+        WRITERS[name](source)
+        if p.archive:  # the archive's top folder, as the published ones
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+                tar.add(source / p.folder, arcname=p.folder)
+            files = {p.files[0][0]: buf.getvalue()}
+        elif DATASETS[name].form is download.gz_files:  # written gzipped in the folder itself (a flat IDX folder)
+            files = {f: (source / f).read_bytes() for f, _, _ in p.files}
+        elif DATASETS[name].form is download.split_files:  # written plain in the folder the class reads
+            files = {f: (source / p.folder / f).read_bytes() for f, _, _ in p.files}
+        else:
+            pytest.fail(f"the tests know no download form {DATASETS[name].form!r} ({name}); teach Tiny and md5s_of it")
+        self[name] = (source, files)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """{dataset: (the folder its files came from, {published file name: bytes})}."""
-    root, out = tmp_path_factory.mktemp("published"), {}
-    for name, write in (("cifar100", write_cifar), ("cifar10", write_cifar10), ("food101", write_food101)):
-        (root / name).mkdir()
-        write(root / name)
-        [(file, _, _)], folder, _ = download.published(DATASETS[name].source)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:  # the archive's top folder, as the published ones
-            tar.add(root / name / folder, arcname=folder)
-        out[name] = (root / name, {file: buf.getvalue()})
-    for seed, name in enumerate(("fashionmnist", "mnist")):
-        write_idx(root / name, gz=True, seed=seed)  # torchvision's resource names: train-images-idx3-ubyte.gz, ...
-        out[name] = (root / name, {f: (root / name / f).read_bytes() for f, _, _ in download.published(DATASETS[name].source)[0]})
-    return out
+    return Tiny(tmp_path_factory.mktemp("published"))
 
 
 class Mirror(http.server.BaseHTTPRequestHandler):
@@ -115,17 +137,23 @@ def serve(server, prefix, files, cut=None, short=None):
 
 
 def md5s_of(name, files, source):
-    """Make these files' md5 sums the published ones a download of `name` is checked against, on torchvision's
-    classes; for CIFAR also those of the pickles in the archive (from `source`), which torchvision checks on load."""
+    """Make these files' md5 sums the published ones a download of `name` is checked against, on its torchvision
+    class, where its record's form reads them; for CIFAR also those of the pickles in the archive (from `source`),
+    which torchvision checks on load. A form this does not know fails the test."""
     md5 = {f: hashlib.md5(body).hexdigest() for f, body in files.items()}
-    c = DATASETS[name].source
-    if name in CIFAR:
-        c.tgz_md5 = md5[c.filename]
-        publish(name, source)
-    elif name in IDX:
+    d = DATASETS[name]
+    c = d.source
+    if d.form is download.archive:
+        (file, _, _), = d.published().files
+        setattr(c, "tgz_md5" if hasattr(c, "tgz_md5") else "_MD5", md5[file])
+        if hasattr(c, "train_list"):
+            publish(name, source)
+    elif d.form is download.gz_files:
         c.resources = [(f, md5[f]) for f, _ in c.resources]
+    elif d.form is download.split_files:
+        c.split_list = {s: [url, f, md5.get(f, m)] for s, (url, f, m) in c.split_list.items()}
     else:
-        tv.Food101._MD5 = md5[os.path.basename(tv.Food101._URL)]
+        pytest.fail(f"md5s_of knows no download form {d.form!r} ({name}); teach it where the form keeps its md5 sums")
 
 
 def same_data(a, b):
@@ -156,7 +184,7 @@ def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, server, p
     else:
         load_dataset(name, data, mirror=mirror)
     # the dataset's folder alone, no staging folder or archive beside it, and it holds exactly what was served
-    assert os.listdir(data) == [download.published(DATASETS[name].source)[1].split(os.sep)[0]]
+    assert os.listdir(data) == [DATASETS[name].published().folder.split(os.sep)[0]]
     same_data(load_dataset(name, data, download=False), load_dataset(name, source, download=False))
 
 
@@ -188,7 +216,7 @@ def test_a_failed_download_is_one_line_that_names_the_failure_and_leaves_nothing
     mirror = (f"http://127.0.0.1:{closed_port}/" if how == "refused" else
               serve(server, f"{how}-{name}".replace(" ", "-"), files if how != "404" else {},
                     cut=how == "connection cut short", short=how == "file cut short"))
-    first = download.published(DATASETS[name].source)[0][0][0]
+    first = DATASETS[name].published().files[0][0]
     for made in (False, True):  # --data-dir not there yet, or there and empty: either way left as it was
         data = tmp_path / "data"
         if made:
@@ -210,9 +238,9 @@ def test_a_failed_download_into_a_nested_data_dir_removes_every_folder_it_made(t
     first file came whole and was extracted) removes data/, b/ and a/, and nothing above: tmp/ stays, as it was."""
     source, files = published[name]
     md5s_of(name, files, source)
-    first = download.published(DATASETS[name].source)[0][0][0]
+    first = DATASETS[name].published().files[0][0]
     # mnist: the first file whole, then a 404; cifar10's one archive: cut short
-    mirror = serve(server, f"nested-{name}", {first: files[first]}, cut=name in CIFAR)
+    mirror = serve(server, f"nested-{name}", {first: files[first]}, cut=DATASETS[name].published().archive)
     (tmp_path / "kept").write_text("a file beside a/ that the download must leave")
     data = tmp_path / "a" / "b" / "data"
     with pytest.raises(SystemExit) as exit:

@@ -5,6 +5,7 @@ train.main, checking that the entry, not a default, did the training; every knob
 step computes in some mode, so a knob that reaches Method but not the loss fails; the docs' lists of choices are
 the registries'; a dataset is fetched only from its own published files."""
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -89,36 +90,57 @@ def test_a_noise_kind_added_to_its_registry_trains_on_its_own_labels(tmp_path, m
 
 
 KMNIST = datasets.Dataset(datasets.DATASETS["mnist"].read, "KMNIST", "mlp", tv.KMNIST, (0.1918,) * 3, (0.3483,) * 3,
-                          flip=False)
+                          flip=False, form=download.gz_files)
 
 
-def test_a_dataset_added_to_its_registry_reads_its_real_files_and_trains(tmp_path, monkeypatch):
+def test_a_dataset_added_to_its_registry_downloads_reads_its_real_files_and_trains(tmp_path, monkeypatch):
+    # one edit, its record: a torchvision class of a form download.py knows is fetched, read and trained
     monkeypatch.setitem(datasets.DATASETS, "kmnist", KMNIST)
-    sets = write_idx(tmp_path / "KMNIST" / "raw", n_train=40, n_test=20)  # where torchvision's KMNIST keeps them
+    sets = write_idx(tmp_path / "mirror", n_train=40, n_test=20)  # KMNIST's published names, gzipped
+    tv.KMNIST.resources = [(f, hashlib.md5((tmp_path / "mirror" / f).read_bytes()).hexdigest())
+                           for f, _ in tv.KMNIST.resources]  # the tiny copies' sums (conftest puts the real ones back)
     out = str(tmp_path / "run")
-    train.main(["--dataset", "kmnist", "--data-dir", str(tmp_path), "--epochs", "1", "--batch-size", "16",
-                "--device", "cpu", "--workers", "0", "--noise", "none", "--out", out])
+    train.main(["--dataset", "kmnist", "--data-dir", str(tmp_path / "data"), "--data-mirror",
+                (tmp_path / "mirror").as_uri(), "--epochs", "1", "--batch-size", "16", "--device", "cpu",
+                "--workers", "0", "--noise", "none", "--out", out])
     cfg = json.load(open(os.path.join(out, "config.json")))
     assert cfg["arch"] == "mlp,mlp" and len(metrics(out)) == 1  # its own default arch
-    d = datasets.load_dataset("kmnist", tmp_path)
+    assert sorted(os.listdir(tmp_path / "data" / "KMNIST" / "raw")) == sorted(  # where torchvision's KMNIST reads
+        f for name, _ in tv.KMNIST.resources for f in (name, name[:-len(".gz")]))
+    d = datasets.load_dataset("kmnist", tmp_path / "data", download=False)
     assert np.array_equal(d.train.labels, sets["train"][1]) and d.mean == KMNIST.mean
+
+
+def test_a_download_form_reads_each_name_off_the_class():
+    """The folder a download makes is the one the class reads, from the class: its base_folder, the name of the
+    archive it holds, its own name; never another class's."""
+    assert download.archive(tv.CIFAR10).folder == "cifar-10-batches-py"  # its base_folder, not the archive's name
+    assert download.archive(tv.Food101).folder == "food-101" and download.archive(tv.Country211).folder == "country211"
+    svhn = download.split_files(tv.SVHN)
+    assert svhn.folder == "SVHN" and not svhn.archive and [f for f, _, _ in svhn.files] == ["train_32x32.mat",
+                                                                                           "test_32x32.mat"]
+    assert [(md5, urls) for _, md5, urls in svhn.files] == [(tv.SVHN.split_list[s][2], [tv.SVHN.split_list[s][0]])
+                                                            for s in ("train", "test")]
+    for name, d in datasets.DATASETS.items():  # every record's form fits its class
+        assert (d.form is None) == (d.published() is None), name
 
 
 def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkeypatch, capsys):
     # KMNIST's files have MNIST's names: its download must be KMNIST's, never MNIST's under another name
-    files, folder, archive = download.published(tv.KMNIST)
+    files, folder, archive = KMNIST.published()
     assert folder == os.path.join("KMNIST", "raw") and not archive
     assert [f for f, _, _ in files] == [f for f, _ in tv.KMNIST.resources]
     assert all(url.startswith(tuple(tv.KMNIST.mirrors)) for _, _, urls in files for url in urls)
     assert not set(md5 for _, md5, _ in files) & set(md5 for _, md5 in tv.MNIST.resources)
-    for name, source in (("unpublished", None), ("svhn", tv.SVHN)):  # no source; a class of another form
+    for name, source in (("unpublished", None), ("wrong-form", tv.SVHN)):  # no source; a class of another form
         monkeypatch.setitem(datasets.DATASETS, name, KMNIST._replace(source=source))
         with pytest.raises(SystemExit) as e:  # refused in one line, before any request
             train.main(["--dataset", name, "--data-dir", str(tmp_path / "data"), "--data-mirror", "http://127.0.0.1:9/",
                         "--device", "cpu", "--out", str(tmp_path / "run")])
         err = capsys.readouterr().err
         assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
-        assert ("not published for download" if source is None else "publishes its files in a form") in err
+        assert ("not published for download" if source is None else
+                "torchvision's SVHN does not publish its files as one .gz per file") in err
         assert "network failure" not in err and not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
     with pytest.raises(DataError, match="unknown dataset 'nope'"):
         datasets.load_dataset("nope", tmp_path)

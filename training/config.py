@@ -126,18 +126,19 @@ def parser():
     p = Parser(command="python train.py", description=__doc__.split("\n")[0], formatter_class=Help,
                epilog=presets_help())
     g = p.add_argument_group("data and noise")
+    published = {n: p for n, p in ((n, d.published()) for n, d in datasets.DATASETS.items()) if p}  # the downloads
+    human = {n: d.human for n, d in datasets.DATASETS.items() if d.human}            # CIFAR-N's label files
     g.add_argument("--dataset", choices=tuple(datasets.DATASETS), default="cifar100",
-                   help="cifar100, food101, webvision (mini): the paper's; cifar10: CIFAR-10 (CIFAR-10N with "
-                        "--noise human); fashionmnist, mnist: 28x28 grayscale from IDX files (Debian: apt-get install "
-                        "dataset-fashion-mnist, then --data-dir /usr/share/datasets/fashion-mnist); folder: any "
-                        "ImageFolder tree; synthetic: generated in memory, for CPU runs (training/datasets.py: "
-                        "DATASETS)")
+                   help="; ".join(f"{n}: " + ", ".join(t for t in (d.title, d.about) if t and t.lower() != n) +
+                                  (f" ({d.human.name} with --noise human)" if d.human else "")
+                                  for n, d in datasets.DATASETS.items()) + " (training/datasets.py: DATASETS)")
     g.add_argument("--data-dir", default="data",
-                   help="dataset root; " + ", ".join(n for n, d in datasets.DATASETS.items() if d.source) +
-                        " download here on first use")
+                   help="dataset root; " + ", ".join(published) + " download here on first use")
     g.add_argument("--data-mirror", metavar="URL",
                    help="download from URL (http://, https://, file://), which holds the published files under their "
-                        "own names (cifar-100-python.tar.gz, ...), instead of each dataset's site; md5-checked alike")
+                        "own names (" + "; ".join(f"{n}: {', '.join(f for f, _, _ in p.files)}" for n, p in
+                                                  published.items()) +
+                        "), instead of each dataset's site; md5-checked alike")
     g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/28/224/299)")
     g.add_argument("--subset", type=int, help="train on N samples drawn with --subset-seed (default: --seed)")
     g.add_argument("--subset-seed", type=int,
@@ -148,16 +149,18 @@ def parser():
                    help="decode every image of a dataset read from files before training, and list all that "
                         "cannot be read (otherwise the first bad one stops the run when a batch reaches it)")
     g.add_argument("--noise", choices=tuple(NOISE),
-                   help=f"label noise: {SYNTHETIC}, synthetic (§4.1); human: the CIFAR-N labels of cifar10/cifar100 "
+                   help=f"label noise: {SYNTHETIC}, synthetic (§4.1); human: the CIFAR-N labels of {'/'.join(human)} "
                         "(default: sym, or none for the datasets whose labels are noisy: "
                         f"{', '.join(n for n, d in datasets.DATASETS.items() if d.real_noise)})")
     g.add_argument("--rate", type=float, help=f"noise rate r in [0, 1) (default {RATE} with --noise {SYNTHETIC})")
     g.add_argument("--noise-file", help="--noise human: the CIFAR-N label file, from " + cifar_n.CIFAR_N_URL +
-                                        " (folder data/) (default <data-dir>/CIFAR-100_human.pt for cifar100, "
-                                        "<data-dir>/CIFAR-10_human.pt for cifar10)")
-    g.add_argument("--noise-key", choices=tuple(cifar_n.CIFAR10N_KEYS),
-                   help="--noise human on cifar10: which CIFAR-10N labels (default worst, about 40%% wrong; "
-                        "aggre: majority vote of three; random1-3: one annotator each)")
+                                        " (folder data/) (default " + ", ".join(f"<data-dir>/{h.file} for {n}" for n, h
+                                                                                in human.items()) + ")")
+    g.add_argument("--noise-key", choices=tuple(dict.fromkeys(k for h in human.values() for k in h.keys if k)),
+                   help="--noise human: which label set, of " + "; ".join(
+                       f"{n}'s {h.name} ({', '.join(h.keys)}; default {h.default})" for n, h in human.items()
+                       if None not in h.keys) + " (CIFAR-10N's worst is about 40%% wrong; aggre: majority vote of "
+                                                "three; random1-3: one annotator each)")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
                    help="training augmentation: the paper's crops and flips (appendix; mnist: crops only, a flipped "
                         "digit is another digit), or none")
@@ -319,15 +322,19 @@ def resolve_noise(args):
     if args.rate is not None and not 0 <= args.rate < 1:
         raise UserError(f"--rate must be in [0, 1), got {args.rate}")
     if args.noise == "human":  # CIFAR-N: the labels and so the rate come from the file
-        if args.dataset not in cifar_n.HUMAN_FILES:
-            raise UserError(f"--noise human reads the CIFAR-N labels of cifar10 or cifar100, not {args.dataset}; "
-                            f"choose --dataset cifar10/cifar100 or --noise {SYNTHETIC}")
+        human = datasets.DATASETS[args.dataset].human  # the record names the human labels its training set has
+        if human is None:
+            with_human = [n for n, d in datasets.DATASETS.items() if d.human]
+            raise UserError(f"--noise human reads the CIFAR-N labels of {' or '.join(with_human)}, not {args.dataset}; "
+                            f"choose --dataset {'/'.join(with_human)} or --noise {SYNTHETIC}")
         if args.rate is not None:
             raise UserError(f"--rate {args.rate} given with --noise human, whose rate is the file's; drop --rate")
-        if args.dataset == "cifar100" and args.noise_key is not None:
-            raise UserError("--noise-key picks one of CIFAR-10N's label sets; CIFAR-100N has one: drop --noise-key")
-        args.noise_key = args.noise_key or ("worst" if args.dataset == "cifar10" else None)
-        args.noise_file = args.noise_file or os.path.join(args.data_dir, cifar_n.HUMAN_FILES[args.dataset])
+        if args.noise_key is not None and args.noise_key not in human.keys:
+            raise UserError(f"--noise-key picks one of {human.name}'s label sets ({', '.join(human.keys)}), not "
+                            f"{args.noise_key}" if None not in human.keys else
+                            f"--noise-key picks one of several label sets; {human.name} has one: drop --noise-key")
+        args.noise_key = args.noise_key or human.default
+        args.noise_file = args.noise_file or os.path.join(args.data_dir, human.file)
     elif args.noise_file is not None or args.noise_key is not None:
         raise UserError("--noise-file and --noise-key go with --noise human (CIFAR-N)")
     real_noise = datasets.DATASETS[args.dataset].real_noise

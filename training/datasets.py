@@ -1,18 +1,19 @@
 """Datasets, read from the on-disk layouts they are distributed in (paper appendix, "Datasets").
 
 DATASETS     -- the registry: train.py's --dataset names, each a Dataset (its reader, the torchvision class
-                whose files download.py fetches, its normalisation and flips, its defaults); everything that
-                lists the datasets or asks one of these questions reads it
+                whose files download.py fetches and the form they are published in, its normalisation and flips,
+                its defaults, its human labels); everything that lists the datasets or asks one of these
+                questions reads it
 load_dataset -- name -> Data: one path for every dataset, locate -> fetch if absent (located) -> read
 Synthetic    -- the settings of the synthetic data set (synthetic.py), load_dataset's `synthetic`
 
-CIFAR-10/100, Fashion-MNIST, MNIST and Food-101 are read by torchvision's dataset classes and readers, and
+CIFAR-10/100, Fashion-MNIST, MNIST, SVHN and Food-101 are read by torchvision's dataset classes and readers, and
 downloaded into the folders they read by download.py. What is ours is a one-line DataError for each way the
 files can be wrong, and Fashion-MNIST/MNIST in a flat folder (torchvision's class reads only its raw/ folder).
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
-noise.py), real-noisy for food101 and webvision. fashionmnist and mnist (not in the paper)
+noise.py), real-noisy for food101 and webvision. fashionmnist, mnist and svhn (not in the paper)
 are clean, and take synthetic noise as cifar10/100 do.
 The types they are made of (Data, TensorImages, DataError, ...) are images.py; how batches are
 drawn and augmented is batches.py.
@@ -32,8 +33,9 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import calculate_md5
 
-from training import webvision
-from training.download import fetch
+from training import download, webvision
+from training.cifar_n import CIFAR10N, CIFAR100N
+from training.download import fetch  # `download` is also the readers' flag: download if absent
 # Data, DataError, FileImages, ... are images.py's; train.py reaches them through this module too.
 from training.images import (IMAGENET_MEAN, IMAGENET_STD, BadImages, Data, DataError, FileImages, TensorImages,
                              first_line, label_array, open_image, require_file, to_rgb)
@@ -51,12 +53,17 @@ class Dataset(NamedTuple):
     arch       -- --arch's default on it (appendix C; the optimisation preset follows from it, presets.py)
     source     -- the torchvision class whose files, published md5 sums and URLs download.fetch reads, and whose
                   folder layout the reader reads; None: not published for download (its files are put in place)
+    form       -- the form `source` publishes its files in, as download.py reads them: download.archive (one tar
+                  archive), download.gz_files (one .gz per file), download.split_files (one plain file per split);
+                  None: not fetched
     mean, std  -- the training images' per-channel statistics (None: the reader's own, ImageNet's)
     flip       -- the paper's augmentation mirrors its images; False: crops only, since a mirrored 2, 3, 4, 5, 6, 7
                   or 9 is no digit at all (clothes and CIFAR's objects are the same thing mirrored)
     real_noise -- its given labels are already noisy, so --noise defaults to none
     pretrained -- --pretrained's default: start from ImageNet weights where the arch has them (the paper's Food-101)
     elsewhere  -- where else its files can be had, for the message when none are found
+    human      -- the human labels of its training set that --noise human reads (cifar_n.py), or None
+    about      -- what --help says of it, after its title
     """
     read: Callable
     title: str
@@ -68,6 +75,13 @@ class Dataset(NamedTuple):
     real_noise: bool = False
     pretrained: bool = False
     elsewhere: str = ""
+    form: Callable | None = None
+    human: object = None  # cifar_n.HumanLabels
+    about: str = ""
+
+    def published(self):
+        """What a download of it brings (download.Published, read off `source` by `form`), or None: not fetched."""
+        return None if self.source is None or self.form is None else self.form(self.source)
 
 
 def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic(), mirror=None):
@@ -96,14 +110,14 @@ def located(name, present, where, data_dir, download, mirror, how):
     brought it, and how to put it there by hand."""
     if present():
         return
-    source = DATASETS[name].source
-    how = how or f"put {DATASETS[name].title}'s files under --data-dir"
+    d = DATASETS[name]
+    how = how or f"put {d.title}'s files under --data-dir"
     if not download:
         raise DataError(f"{where} not found and download is off; {how}")
-    if source is None:
+    if d.source is None or d.form is None:
         raise DataError(f"{where} not found, and {name} is not published for download; {how}")
-    try:
-        fetch(source, data_dir, mirror)
+    try:  # the class's files read off it in its record's form: a record naming the wrong form fails here
+        fetch(d.published(), data_dir, mirror)
     except DataError as err:
         raise DataError(f"{where} not found, and downloading it failed: {err}; or {how}") from err
     if not present():
@@ -274,6 +288,49 @@ def _read_idx(read, path):
                         f"({why}); replace it with an intact copy (download it again)") from err
 
 
+# ---------------------------------------------------------------------- SVHN
+
+def _split_arrays(name, data_dir, image_size, download, mirror, synthetic):
+    """One file per split in <data_dir>/<Class>/ (SVHN's train_32x32.mat and test_32x32.mat, where the download puts
+    them), read by torchvision's class, which checks each against its published md5 before it reads it (through
+    scipy, for SVHN's MATLAB files). Its images are (N, 3, H, W) uint8; mean and std are the training set's own."""
+    d = DATASETS[name]
+    c, published = d.source, d.published()
+    folder = os.path.join(data_dir, published.folder)
+    files = [os.path.join(folder, f) for f, _, _ in published.files]
+    located(name, lambda: all(os.path.isfile(f) for f in files), f"{d.title} files {' and '.join(files)}", data_dir,
+            download, mirror, d.elsewhere)
+    splits = {}
+    for split, path in zip(("train", "test"), files):
+        try:
+            s = c(folder, split=split)
+        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted": not the published md5
+            raise DataError(f"{path} is not the published file (its md5 differs from torchvision's {c.__name__}), so "
+                            f"it is not read; delete it and let it download again") from err
+        except ImportError as err:  # torchvision imports scipy only to read these files
+            raise DataError(f"torchvision's {c.__name__} reads {path} with scipy, which is not installed "
+                            f"({first_line(err)}); pip install scipy") from err
+        splits[split] = TensorImages(torch.from_numpy(np.ascontiguousarray(s.data)), label_array(s.labels))
+    side = tuple(splits["train"].images.shape[2:])
+    if image_size is not None and (image_size, image_size) != side:
+        raise DataError(f"{name} images are {side[0]}x{side[1]}, got --image-size {image_size}; leave it unset")
+    mean, std = _channel_stats(splits["train"].images)
+    k = 1 + int(max(s.labels.max() for s in splits.values()))  # SVHN's 10 digits; its class names no number
+    return Data(splits["train"], {"test": splits["test"]}, k, mean, std)
+
+
+def _channel_stats(x):
+    """Per-channel mean and std of uint8 images (N, 3, H, W), as fractions of 255: exact, from each channel's
+    histogram (no float copy of the images)."""
+    v = torch.arange(256, dtype=torch.float64) / 255
+    stats = []
+    for ch in range(x.shape[1]):
+        h = torch.bincount(x[:, ch].reshape(-1), minlength=256).double()
+        m = float((h * v).sum() / h.sum())
+        stats.append((m, float(((h * (v - m) ** 2).sum() / h.sum()).sqrt())))
+    return tuple(m for m, _ in stats), tuple(sd for _, sd in stats)
+
+
 # ------------------------------------------------------------------- Food-101
 
 def _food101(name, data_dir, image_size, download, mirror, synthetic):
@@ -374,20 +431,31 @@ def _folder(name, data_dir, image_size, download, mirror, synthetic, small=64):
 
 
 DATASETS = {
-    "cifar100": Dataset(_cifar, "CIFAR-100", "resnet34", tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD),
-    "cifar10": Dataset(_cifar, "CIFAR-10", "resnet34", tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD),
+    "cifar100": Dataset(_cifar, "CIFAR-100", "resnet34", tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD,
+                        form=download.archive, human=CIFAR100N, about="the paper's"),
+    "cifar10": Dataset(_cifar, "CIFAR-10", "resnet34", tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD, form=download.archive,
+                       human=CIFAR10N),
     "fashionmnist": Dataset(_idx, "Fashion-MNIST", "resnet18", tv.FashionMNIST, (0.2860,) * 3, (0.3530,) * 3,
                             elsewhere="on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
                                       "/usr/share/datasets/fashion-mnist/ (pass --data-dir "
-                                      "/usr/share/datasets/fashion-mnist)"),
+                                      "/usr/share/datasets/fashion-mnist)",
+                            form=download.gz_files, about="28x28 grayscale from IDX files (Debian: apt-get install "
+                                                         "dataset-fashion-mnist, then --data-dir "
+                                                         "/usr/share/datasets/fashion-mnist)"),
     "mnist": Dataset(_idx, "MNIST", "cnn", tv.MNIST, (0.1307,) * 3, (0.3081,) * 3, flip=False,
                      elsewhere="Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the "
                                "four files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) "
-                               "makes, from a machine with internet into --data-dir"),
+                               "makes, from a machine with internet into --data-dir",
+                     form=download.gz_files, about="28x28 grayscale from IDX files"),
+    "svhn": Dataset(_split_arrays, "SVHN", "resnet34", tv.SVHN, flip=False,
+                    elsewhere="put train_32x32.mat and test_32x32.mat (http://ufldl.stanford.edu/housenumbers/) in "
+                              "SVHN/ under --data-dir",
+                    form=download.split_files, about="32x32 house numbers from its .mat files (needs scipy)"),
     "food101": Dataset(_food101, "Food-101", "resnet50_imagenet", tv.Food101, real_noise=True, pretrained=True,
                        elsewhere="put the extracted food-101/ folder (food-101.tar.gz, "
-                                 "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir"),
-    "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True),
-    "folder": Dataset(_folder, "an image folder", "resnet18"),
-    "synthetic": Dataset(_synthetic, "synthetic", "cnn"),
+                                 "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir",
+                       form=download.archive, about="the paper's"),
+    "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True, about="the paper's"),
+    "folder": Dataset(_folder, "an image folder", "resnet18", about="any ImageFolder tree"),
+    "synthetic": Dataset(_synthetic, "synthetic", "cnn", about="generated in memory, for CPU runs"),
 }

@@ -1,16 +1,21 @@
-"""Fetching a dataset that is not on disk yet (paper appendix, "Datasets"): what torchvision's CIFAR-100, CIFAR-10,
-Fashion-MNIST, MNIST and Food-101 classes download, from their own sites or from --data-mirror.
+"""Fetching a dataset that is not on disk yet (paper appendix, "Datasets"): the files a torchvision dataset class
+publishes, in the form its dataset record names (datasets.DATASETS), from their own sites or from --data-mirror.
 
-published          -- the files, md5 sums and URLs a torchvision dataset class publishes (datasets.DATASETS names
-                      each dataset's class; this module knows no dataset by name)
+Published          -- what a download brings: the files (name, md5, URLs), the folder they end up in, and whether
+                      that folder comes out of one archive
+archive, gz_files, split_files -- the forms torchvision's classes publish their files in, each read off the class:
+                      one tar archive (CIFAR's, Food-101's), one .gz per file (MNIST's and its kind), one plain
+                      file per split (SVHN's .mat files). A record names its form; a new class of a known form is
+                      one edit, its record
 fetch              -- download each file, check its published md5, extract it with torchvision, move it into the
                       folder torchvision's class reads; a failure leaves --data-dir as it was
 DownloadError      -- a DataError whose one line says which failed: the network (no whole file came) or the
                       integrity check (a whole file came, but not the published one)
 tidy_after_failure -- a failed step leaves none of the folders it made
 
-The URLs, file names and md5 sums are the classes' own attributes, read at each call; the extraction is
-torchvision's extract_archive, so the files land where the classes look for them. Only the transfer is ours.
+The URLs, file names, md5 sums and folder names are the classes' own attributes, read at each call (this module
+knows no dataset by name); the extraction is torchvision's extract_archive, so the files land where the classes look
+for them. Only the transfer is ours.
 torchvision 0.29's download (download=True), tried against a local server, fails three users that this fixes:
 - whose connection drops mid-file: it reads to the early end without comparing Content-Length and then says
   "File not found or corrupted.", as for a file with another md5, so a network failure reads as corrupt data.
@@ -28,6 +33,7 @@ import gzip
 import hashlib
 import http.client
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -35,6 +41,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
+from typing import NamedTuple
 
 from torchvision.datasets.utils import extract_archive
 
@@ -44,19 +51,50 @@ TIMEOUT = 60  # seconds without a byte before a download counts as failed
 CHUNK = 1 << 20
 
 
-def published(c):
-    """The files torchvision's dataset class c publishes: ([(file, md5, [its URLs])], the folder they end up in under
-    data_dir, whether that folder comes out of one archive). Read from the class now, not at import, in the three
-    forms torchvision's classes publish them: one archive (CIFAR's), one archive at _URL (Food-101's), or IDX files
-    at mirrors (MNIST's and its kind). Any other class: a DataError, and nothing fetched."""
-    if all(hasattr(c, a) for a in ("filename", "tgz_md5", "url", "base_folder")):
-        return [(c.filename, c.tgz_md5, [c.url])], c.base_folder, True
-    if all(hasattr(c, a) for a in ("_URL", "_MD5")):
-        return [(os.path.basename(c._URL), c._MD5, [c._URL])], "food-101", True
-    if all(hasattr(c, a) for a in ("resources", "mirrors")):
-        return [(f, md5, [site + f for site in c.mirrors]) for f, md5 in c.resources], os.path.join(c.__name__, "raw"), False
-    raise DataError(f"torchvision's {c.__name__} publishes its files in a form this project does not fetch; put them "
-                    f"in place by hand")
+class Published(NamedTuple):
+    """What a download of one dataset brings, read off its torchvision class by its record's form."""
+    files: list    # [(file name, published md5, [its URLs])]
+    folder: str    # where they end up, under data_dir: the folder torchvision's class reads
+    archive: bool  # True: `folder` comes out of one archive; False: the files are moved into it (a .gz beside
+    #                its plain file)
+
+
+def _needs(c, attrs, form):
+    """DataError unless class c has every attribute a form reads; a record that names the wrong form is refused
+    before any request."""
+    missing = [a for a in attrs if not hasattr(c, a)]
+    if missing:
+        raise DataError(f"torchvision's {c.__name__} does not publish its files as {form} (it has no "
+                        f"{', '.join(missing)}); give its record in training/datasets.py the form it has, or put its "
+                        f"files in place by hand")
+
+
+def archive(c):
+    """One tar archive that holds the dataset's folder: CIFAR's (filename, tgz_md5, url, and base_folder, the folder
+    it holds), or Food-101's kind (_URL, _MD5; the folder is the archive's name without .tar.gz or .tgz, as the
+    class reads it: food-101.tar.gz holds food-101/)."""
+    if hasattr(c, "tgz_md5"):
+        _needs(c, ("filename", "tgz_md5", "url", "base_folder"), "one tar archive")
+        return Published([(c.filename, c.tgz_md5, [c.url])], c.base_folder, True)
+    _needs(c, ("_URL", "_MD5"), "one tar archive")
+    file = os.path.basename(urllib.parse.urlsplit(c._URL).path)
+    return Published([(file, c._MD5, [c._URL])], re.sub(r"\.(tar\.gz|tgz|tar)$", "", file), True)
+
+
+def gz_files(c):
+    """One .gz per file at each of the class's mirrors (resources, mirrors): MNIST and its kind, into
+    <Class>/raw/, where torchvision's class reads them."""
+    _needs(c, ("resources", "mirrors"), "one .gz per file")
+    return Published([(f, md5, [site + f for site in c.mirrors]) for f, md5 in c.resources],
+                     os.path.join(c.__name__, "raw"), False)
+
+
+def split_files(c, splits=("train", "test")):
+    """One plain file per split (split_list: {split: [URL, file, md5]}): SVHN's .mat files, into <Class>/, the
+    folder a run hands torchvision's class as its root. The splits a run reads only (SVHN's "extra" is not)."""
+    _needs(c, ("split_list",), "one plain file per split")
+    return Published([(c.split_list[s][1], c.split_list[s][2], [c.split_list[s][0]]) for s in splits],
+                     c.__name__, False)
 
 
 class DownloadError(DataError):
@@ -67,19 +105,19 @@ class _NoFile(Exception):
     """One URL gave no whole file."""
 
 
-def fetch(c, data_dir, mirror=None):
-    """Download the files of torchvision's dataset class c (published) into data_dir/<its folder>, from `mirror` if
-    given, else from the class's own URLs.
+def fetch(published, data_dir, mirror=None):
+    """Download a dataset's published files (a Published, from its record's form) into data_dir/<its folder>, from
+    `mirror` if given, else from the class's own URLs.
 
     Every file goes to a staging folder under data_dir first; the dataset's folder appears only after each file
     has come whole, matched its md5 and been extracted. Whatever fails, the staging folder is removed, and so is
     every folder this call made. Raises DownloadError (network, integrity), DataError (a disk error).
     """
-    files, folder, archive = published(c)
+    files, folder, one_archive = published
     target = os.path.join(data_dir, folder)
     if mirror and urllib.parse.urlsplit(mirror).scheme not in ("http", "https", "file"):
         raise DataError(f"--data-mirror {mirror} is not a URL; give one that starts with http://, https:// or file://")
-    if archive and os.path.exists(target):  # the loader found it incomplete
+    if one_archive and os.path.exists(target):  # the loader found it incomplete
         raise DataError(f"{target} is there but incomplete; delete it to download {files[0][0]} again")
     try:
         with tidy_after_failure(os.path.dirname(target)):
@@ -89,13 +127,15 @@ def fetch(c, data_dir, mirror=None):
                 for file, md5, urls in files:
                     path = os.path.join(staging, file)
                     _download(file, md5, [mirror.rstrip("/") + "/" + file] if mirror else urls, mirror, path)
-                    _extract(path, staging, folder if archive else None)
-                if archive:
+                    if one_archive or file.endswith(".gz"):  # a plain file (SVHN's .mat) is read as it came
+                        _extract(path, staging, folder if one_archive else None)
+                if one_archive:
                     os.replace(os.path.join(staging, folder), target)
                 else:  # each .gz beside its plain file, as torchvision's own download leaves raw/
                     os.makedirs(target, exist_ok=True)
-                    for file in (f for file, _, _ in files for f in (file, file[:-len(".gz")])):
-                        os.replace(os.path.join(staging, file), os.path.join(target, file))
+                    for file, _, _ in files:
+                        for f in (file, file[:-len(".gz")]) if file.endswith(".gz") else (file,):
+                            os.replace(os.path.join(staging, f), os.path.join(target, f))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     except OSError as err:
