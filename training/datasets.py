@@ -13,7 +13,7 @@ files can be wrong, and Fashion-MNIST/MNIST in a flat folder (torchvision's clas
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
-noise.py), real-noisy for food101 and webvision. fashionmnist, mnist and svhn (not in the paper)
+noise.py), real-noisy for food101, webvision and clothing1m. fashionmnist, mnist and svhn (not in the paper)
 are clean, and take synthetic noise as cifar10/100 do.
 The types they are made of (Data, TensorImages, DataError, ...) are images.py; how batches are
 drawn and augmented is batches.py.
@@ -33,7 +33,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import calculate_md5
 
-from training import download, webvision
+from training import clothing1m, download, webvision
 from training.cifar_n import CIFAR10N, CIFAR100N
 from training.download import fetch  # `download` is also the readers' flag: download if absent
 # Data, DataError, FileImages, ... are images.py's; train.py reaches them through this module too.
@@ -357,6 +357,18 @@ def _food101(name, data_dir, image_size, download, mirror, synthetic):
     return Data(splits["train"][1], {"test": splits["test"][1]}, len(splits["train"][0]), IMAGENET_MEAN, IMAGENET_STD)
 
 
+# ----------------------------------------------------------------- Clothing1M
+
+def _clothing1m(name, data_dir, image_size, download, mirror, synthetic):
+    """Clothing1M (clothing1m.py) in its released layout, never downloaded: its files are put in place by hand."""
+    files = [os.path.join(data_dir, f) for f in clothing1m.FILES]
+    images = os.path.join(data_dir, "images")
+    located(name, lambda: os.path.isdir(images) and all(os.path.isfile(f) for f in files),
+            f"Clothing1M's {images}{os.sep} and key lists {', '.join(clothing1m.FILES)} in {data_dir}", data_dir,
+            download, mirror, DATASETS[name].elsewhere)
+    return clothing1m.load(data_dir, image_size or 224)
+
+
 # -------------------------------------------------------------- image folder
 
 def _webvision(name, data_dir, image_size, download, mirror, synthetic):
@@ -456,6 +468,11 @@ DATASETS = {
                                  "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir",
                        form=download.archive, about="the paper's"),
     "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True, about="the paper's"),
+    "clothing1m": Dataset(_clothing1m, "Clothing1M", "resnet50_imagenet", real_noise=True, pretrained=True,
+                          elsewhere="Clothing1M is not downloadable: ask its authors for it (Xiao et al. 2015, "
+                                    "https://github.com/Cysu/noisy_label) and put images/ and its key lists in "
+                                    "--data-dir",
+                          about="real-world noisy labels, tested on its clean test set"),
     "folder": Dataset(_folder, "an image folder", "resnet18", about="any ImageFolder tree"),
     "synthetic": Dataset(_synthetic, "synthetic", "cnn", about="generated in memory, for CPU runs"),
 }
