@@ -7,8 +7,8 @@ optimisers, the loop, the report. The method itself (each model's target, Eqs. 3
 the step) is mutual.py; χ is Eq. 7 (schedule.py); what a run writes into --out and
 how it resumes is training/rundir.py; the progress line is training/progress.py.
 
-Every input is checked before the first file is written. A run stopped by Ctrl-C, a
-NaN loss or an unreadable image says so in one line and keeps its last checkpoint;
+Every input is checked before the first file is written. A run stopped by Ctrl-C, SIGTERM, a
+NaN loss, an unreadable image or a full disk says so in one line and keeps its last checkpoint;
 the line names the command that resumes it.
 
 Multi-GPU: torchrun --nproc_per_node=N train.py ... shards every batch over the
@@ -20,15 +20,16 @@ import sys
 EARLY = "stopped by Ctrl-C before training started; run the command again to start"
 
 
-def stopped_early(*_):
-    print(f"train.py: {EARLY}", file=sys.stderr)
-    sys.exit(130)
+def stopped_early(signum, frame):
+    print(f"train.py: {EARLY.replace('Ctrl-C', 'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C')}", file=sys.stderr)
+    sys.exit(128 + signum)
 
 
-if __name__ == "__main__":  # a Ctrl-C while torch is being imported stops as quietly as one later
+if __name__ == "__main__":  # a Ctrl-C or SIGTERM while torch is being imported stops as quietly as one later
     signal.signal(signal.SIGINT, stopped_early)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored under tools/slurm.py: it stays so
+        signal.signal(signal.SIGTERM, stopped_early)
 
-import threading
 import time
 import warnings
 from typing import NamedTuple
@@ -45,7 +46,7 @@ from training.batches import Batches
 from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
 from training.cifar_n import human_labels
 from training.config import get_args, method_of, resolve
-from training.errors import UserError, one_line
+from training.errors import UserError, exit_code, one_line, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
 from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
 
@@ -66,7 +67,7 @@ def check_files(args, train, tests, log):
 
 # ---------------------------------------------------------------- main
 
-@one_line("train.py", stopped=EARLY)  # bad input: one line, exit 2; a Ctrl-C during training: stopped()
+@one_line("train.py", stopped=EARLY)  # bad input: one line, exit 2; a Ctrl-C, SIGTERM, full disk in training: stopped()
 def main(argv=None):
     """The paper's procedure: the settings, the data with its noisy labels, models A and B, the epochs of
     mutual_step (Eqs. 3-8), and the report. Returns summary.json's numbers (None on ranks other than 0)."""
@@ -107,7 +108,7 @@ def main(argv=None):
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
-    except (KeyboardInterrupt, datasets.DataError) as e:
+    except (KeyboardInterrupt, datasets.DataError, runfiles.WriteError) as e:
         stopped(e, run, argv, loop.progress, setup.rank)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -266,27 +267,30 @@ def finish(args, row, run, models, meta, writer):
 
 
 def stopped(err, run, argv, progress, rank):
-    """Ctrl-C or an image that cannot be read, in the middle of training: add the time of the epoch cut short
-    to the checkpoint's total, then one line that says where the run stopped, what is kept and the command
-    that resumes it. Exit 130 (128 + SIGINT, what a shell reports for Ctrl-C) or 2 (bad data, through main's
-    one_line)."""
+    """Ctrl-C, SIGTERM, an image that cannot be read or a file that cannot be written (a full disk), in the
+    middle of training: add the time of the epoch cut short to the checkpoint's total, then one line that says
+    where the run stopped, what is kept and the command that resumes it. Exit 130 or 143 (128 + SIGINT or
+    SIGTERM, what a shell reports for them) or 2 (bad data, a full disk: through main's one_line)."""
     progress.clear()
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # let the bookkeeping finish
-    try:
-        where, kept = run.stopped_at(progress)
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGINT, previous)
-    resume = f"resume with: {rundir.resume_command(argv)}" if run.resumable else "it cannot resume"
+    with rundir.uninterrupted(deliver=False):  # a second Ctrl-C or SIGTERM lets the bookkeeping finish
+        where, kept = run.stopped_at(progress, writing=isinstance(err, runfiles.WriteError))
+    if runfiles.state(run.out) == runfiles.NEW:  # nothing was written that --resume could continue
+        resume = f"start it again with: {rundir.resume_command(argv, resume=False)}"
+    else:
+        resume = f"resume with: {rundir.resume_command(argv)}" if run.resumable else "it cannot resume"
     if isinstance(err, datasets.DataError):
         raise datasets.DataError(f"{err} ({where}); {kept}; {resume}") from None
+    if isinstance(err, runfiles.WriteError):
+        kept += ", and metrics.jsonl the epochs up to it" if run.resumable and run.stopwatch.saved else ""
+        then = f"{err.fix}, then {resume}" if run.resumable else resume
+        raise UserError(f"{err} ({where}); {kept}; {then}") from None
     if rank == 0:
-        print(f"train.py: stopped by Ctrl-C {where}; {kept}; {resume}", file=sys.stderr, flush=True)
-    sys.exit(130)
+        print(f"train.py: stopped by {stopped_by(err)} {where}; {kept}; {resume}", file=sys.stderr, flush=True)
+    sys.exit(exit_code(err))
 
 
 if __name__ == "__main__":
     warnings.formatwarning = lambda message, *_, **__: f"train.py: warning: {message}\n"
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_sigterm()  # SIGTERM (timeout, docker stop, a scheduler) stops as Ctrl-C does, with exit code 143
     main()

@@ -5,8 +5,10 @@ UserError -- bad input (a flag, the data, a run directory); str(error) is one li
 Parser    -- argparse's parser with a bad flag as a UserError: one line, not the usage and a line. The one
              parser of train.py, evaluate.py and every tool
 one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stderr and exit code 2, with no
-             traceback; Ctrl-C a line and exit code 130 (128 + SIGINT, what a shell reports for it). Any other
-             exception is a bug, and keeps its traceback.
+             traceback; Ctrl-C a line and exit code 130 (128 + SIGINT, what a shell reports for it), SIGTERM
+             (where stop_on_sigterm asked for it) the same line and 143. Any other exception is a bug, and keeps
+             its traceback.
+Terminated, stop_on_sigterm -- SIGTERM raised as Ctrl-C's KeyboardInterrupt is, so that it stops a run alike
 
 Every input is checked before the first file is written, so a refused run leaves nothing behind.
 No torch here: the tools that need none (plot, sweep) import this without it.
@@ -14,6 +16,7 @@ No torch here: the tools that need none (plot, sweep) import this without it.
 import argparse
 import contextlib
 import os
+import signal
 import sys
 
 
@@ -30,9 +33,35 @@ def one_line(prog, stopped="stopped by Ctrl-C"):
     except UserError as e:
         print(f"{prog}: error: {' '.join(str(e).splitlines())}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        print(f"{prog}: {stopped}", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as e:
+        print(f"{prog}: {stopped.replace('by Ctrl-C', 'by ' + stopped_by(e), 1)}", file=sys.stderr, flush=True)
+        raise SystemExit(exit_code(e)) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `docker stop`, Kubernetes and systemd send before they kill), raised where a
+    Ctrl-C raises KeyboardInterrupt: whatever handles a Ctrl-C handles it, and says SIGTERM, with exit code 143."""
+
+
+def stopped_by(err):
+    """What stopped the process, as a line says it: 'SIGTERM' or 'Ctrl-C'."""
+    return "SIGTERM" if isinstance(err, Terminated) else "Ctrl-C"
+
+
+def exit_code(err):
+    """128 + the signal's number, what a shell reports for a process it stopped: 143 (SIGTERM) or 130 (SIGINT)."""
+    return 128 + (signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT)
+
+
+def terminated(signum, frame):
+    raise Terminated()
+
+
+def stop_on_sigterm():
+    """From now on SIGTERM raises Terminated in the main thread, unless SIGTERM is ignored: a process started
+    with it ignored keeps it so (tools/slurm.py starts train.py that way, as submitit's jobs ignore it)."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, terminated)
 
 
 class Parser(argparse.ArgumentParser):

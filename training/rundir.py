@@ -13,7 +13,7 @@ resume_command  -- the command line that resumes a run
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and lr schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
-uninterrupted   -- hold a Ctrl-C back while an epoch's files are written
+uninterrupted   -- hold a Ctrl-C or SIGTERM back while an epoch's files are written
 record_start    -- config.json at the start, and a line of provenance for each resumption
 (the files' own readers and writers, and the state they say a run is in, are runfiles.py)
 
@@ -21,7 +21,9 @@ Files: config.json (resolved settings and provenance), noisy_labels.npy (the lab
 metrics.jsonl (one line per epoch), entropy_hist.npz (histograms of H(p) per epoch),
 checkpoint.pt (the last finished epoch), summary.json (final accuracies and total time),
 model_a.pt, model_b.pt and weights.json (the final models).
-Checkpoints and weights load with weights_only=True only; npy/npz files without pickles.
+Checkpoints and weights load with weights_only=True only; npy/npz files without pickles. Every file goes
+through runfiles.replacing or runfiles.appending: a full disk leaves no partial file, and an epoch whose
+files cannot all be written leaves none of them.
 """
 import contextlib
 import datetime
@@ -209,8 +211,8 @@ def save_checkpoint(out, config, epoch, models, r, seconds):
 
 
 def _save(obj, path):
-    torch.save(obj, path + ".tmp")
-    os.replace(path + ".tmp", path)  # a kill -9 leaves either the old or the new file, never half of one
+    with runfiles.replacing(path, "wb") as f:  # a kill -9 or a full disk leaves the old file or the new one
+        torch.save(obj, f)
 
 
 class Stopwatch:
@@ -240,16 +242,18 @@ def add_seconds(out, seconds):
     if os.path.exists(path):
         state = torch.load(path, map_location="cpu", weights_only=True)
         state["seconds"] = state.get("seconds", 0.0) + seconds
-        _save(state, path)
+        with contextlib.suppress(runfiles.WriteError):  # a full disk: that time goes uncounted, the rest is kept
+            _save(state, path)
 
 
-def resume_command(argv):
+def resume_command(argv, resume=True):
     """The command line that resumes a run: the user's own (argv: its flags), plus --resume, quoted for a
-    POSIX shell. The interpreter goes by its name where PATH finds that same one, else by its full path."""
+    POSIX shell. The interpreter goes by its name where PATH finds that same one, else by its full path.
+    resume=False: the user's own command as it was (for a run that wrote nothing it could resume from)."""
     exe = os.path.basename(sys.executable)
     python = exe if shutil.which(exe) and os.path.samefile(shutil.which(exe), sys.executable) else sys.executable
     script = sys.argv[0] if sys.argv[0].endswith("train.py") else "train.py"
-    flags = [*argv] + ([] if "--resume" in argv else ["--resume"])
+    flags = [*argv] + ([] if "--resume" in argv or not resume else ["--resume"])
     if "RANK" in os.environ:  # launched by torchrun, whose own flags this process does not see
         return f"your torchrun command with {shlex.join([script, *flags])}"
     return shlex.join([python, script, *flags])
@@ -279,20 +283,24 @@ def restore(ckpt, models, device):
 
 
 @contextlib.contextmanager
-def uninterrupted():
-    """Hold a Ctrl-C (SIGINT) back until the block is done, then deliver it: the metrics, histograms and
-    checkpoint of a stopped run always end at the same epoch. (Main thread only; elsewhere a no-op.)"""
+def uninterrupted(deliver=True):
+    """Hold a Ctrl-C (SIGINT) or SIGTERM back until the block is done, then deliver the first (deliver=False:
+    drop it, for the bookkeeping of a run already stopping): the metrics, histograms and checkpoint of a stopped
+    run always end at the same epoch. A signal the process ignores stays ignored (SIGTERM under tools/slurm.py).
+    (Main thread only; elsewhere a no-op.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) not in (signal.SIG_IGN, None)]
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        signal.raise_signal(signal.SIGINT)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if caught and deliver:
+        signal.raise_signal(caught[0])
 
 
 def arithmetic_changes(ckpt, config):
@@ -351,19 +359,28 @@ class Run:
             raise RunError(f"--out {self.out} cannot be created: {e.strerror or e}; choose another --out") from e
         record_start(self.out, self.config, resumed=self.resume, changed=self.changed)
         if self.ckpt is None:
-            np.save(os.path.join(self.out, "noisy_labels.npy"), noisy)
+            with runfiles.replacing(os.path.join(self.out, "noisy_labels.npy"), "wb") as f:
+                np.save(f, noisy)
         trim_metrics(self.out, self.epochs_done)
 
     def log_epoch(self, row, hist, chi_start, models, r):
-        """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C lands after them."""
+        """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C or SIGTERM lands after
+        them, and when one cannot be written (runfiles.WriteError) the others are taken back: metrics.jsonl
+        never holds an epoch that the checkpoint does not."""
         seconds = self.stopwatch.tick()
         with uninterrupted():
             if self.writes:
-                append_metrics(self.out, row)
-                append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, (chi_start, row["chi"]),
-                                    self.config["noise"] != "none")
-                if self.resumable:  # --checkpoint none: the metrics alone
-                    save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)
+                try:
+                    append_metrics(self.out, row)
+                    append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, (chi_start, row["chi"]),
+                                        self.config["noise"] != "none")
+                    if self.resumable:  # --checkpoint none: the metrics alone
+                        save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)
+                except runfiles.WriteError:
+                    trim_metrics(self.out, self.stopwatch.saved)  # in place: needs no space
+                    with contextlib.suppress(runfiles.WriteError):  # a resume rewrites the epoch's row anyway
+                        runfiles.trim_entropy_hist(self.out, self.stopwatch.saved)
+                    raise
             self.stopwatch.saved = row["epoch"]
 
     def finish(self, row, models, meta):
@@ -374,8 +391,9 @@ class Run:
         write_json(self.out, "summary.json", summary)
         return summary
 
-    def stopped_at(self, progress):
-        """Where a run stopped, what is kept, and the time of the epoch cut short added to the checkpoint."""
+    def stopped_at(self, progress, writing=False):
+        """Where a run stopped (writing: while writing its files), what is kept, and the time of the epoch cut
+        short added to the checkpoint."""
         if self.writes:
             add_seconds(self.out, self.stopwatch.since_tick())
         epochs, saved = self.config["epochs"], self.stopwatch.saved
@@ -384,7 +402,7 @@ class Run:
         else:
             where = (f"in epoch {progress.epoch + 1}/{epochs} " +
                      (f"at step {min(progress.step + 1, progress.steps)}/{progress.steps}"
-                      if progress.t_train_end is None else "while testing"))
+                      if progress.t_train_end is None else "while writing its files" if writing else "while testing"))
         if not self.resumable:
             return where, f"{self.out}/metrics.jsonl holds {saved} epochs, and no checkpoint (--checkpoint none)"
         kept = (f"{self.out}/checkpoint.pt holds epoch {saved}" if saved else

@@ -6,16 +6,26 @@ state               -- the one answer to "what state is this run in": FINISHED, 
                        (train.py, tools.batched, tools.sweep, tools.slurm, tools.fmnist and tools.plot ask it)
 append_metrics      -- one JSON line per epoch into metrics.jsonl
 lines_of            -- the non-empty lines of a run file (none when it is missing)
-trim_metrics        -- on resume, drop metric lines written after the checkpoint
+trim_metrics        -- drop metric lines written after the checkpoint (on resume, and after a failed write)
 last_metrics        -- metrics.jsonl's last line
 append_entropy_hist -- the epoch's histograms of H(p) into entropy_hist.npz
+trim_entropy_hist   -- drop its epochs after a checkpoint's (an epoch whose files could not all be written)
 read_json, write_json -- config.json, summary.json, weights.json, diverged.json (written atomically)
+replacing, appending  -- the one way every file of a run is written: whole or not at all, or added to; a write
+                       that fails (a full disk or quota, EIO, torch.save's own error) leaves no partial file and
+                       raises WriteError
+WriteError          -- such a failure: one line naming the file, the cause and the free space there
 """
+import contextlib
+import errno
 import json
 import math
 import os
+import shutil
 
 import numpy as np
+
+from training.errors import UserError
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")  # what a run writes first, or keeps while it runs
 FINISHED, DIVERGED, STARTED, NEW = "finished", "diverged", "started", "new"
@@ -45,17 +55,18 @@ def lines_of(out, name):
 
 
 def trim_metrics(out, epochs_done):
-    """Keep the first epochs_done lines of metrics.jsonl: later ones came after the checkpoint."""
+    """Keep the first epochs_done lines of metrics.jsonl: later ones came after the checkpoint. Cut in place,
+    which needs no space on a full disk."""
     path = os.path.join(out, "metrics.jsonl")
     if os.path.exists(path):
-        with open(path) as f:
-            lines = f.readlines()[:epochs_done]
-        with open(path, "w") as f:
-            f.writelines(lines)
+        with open(path, "rb") as f:
+            lines = f.readlines()
+        if len(lines) > epochs_done:
+            os.truncate(path, sum(len(line) for line in lines[:epochs_done]))
 
 
 def append_metrics(out, row):
-    with open(os.path.join(out, "metrics.jsonl"), "a") as f:
+    with appending(os.path.join(out, "metrics.jsonl")) as f:
         f.write(json.dumps(row) + "\n")
 
 
@@ -80,9 +91,24 @@ def append_entropy_hist(out, epoch, counts, num_classes, chi, known_clean):
                chi_start=[math.nan if chi_start is None else chi_start], chi_end=[math.nan if chi_end is None else chi_end])
     rows = {k: np.concatenate([rows[k], np.asarray(new[k], dtype=rows[k].dtype)]) for k in rows}
     edges = np.linspace(0, math.log(num_classes), counts.shape[-1] + 1)
-    with open(path + ".tmp", "wb") as f:
+    with replacing(path, "wb") as f:
         np.savez(f, edges=edges, known_clean=known_clean, **rows)
-    os.replace(path + ".tmp", path)
+
+
+def trim_entropy_hist(out, epochs_done):
+    """Drop entropy_hist.npz's rows after epoch epochs_done (an epoch whose checkpoint could not be written)."""
+    path = os.path.join(out, "entropy_hist.npz")
+    if not os.path.exists(path):
+        return
+    with np.load(path) as f:
+        rows = {k: f[k] for k in f.files}
+    keep = rows["epoch"] <= epochs_done
+    if not keep.any():
+        os.remove(path)
+    elif not keep.all():
+        with replacing(path, "wb") as f:
+            np.savez(f, **{k: v[keep] if k in ("epoch", "counts", "chi_start", "chi_end") else v
+                           for k, v in rows.items()})
 
 
 def last_metrics(out):
@@ -96,7 +122,86 @@ def read_json(out, name):
 
 
 def write_json(out, name, obj):
-    path = os.path.join(out, name)
-    with open(path + ".tmp", "w") as f:
+    with replacing(os.path.join(out, name)) as f:
         json.dump(obj, f, indent=1)
-    os.replace(path + ".tmp", path)
+
+
+# ---------------------------------------------------------------- the one write path
+class WriteError(UserError):
+    """A run's file that could not be written, its partial file already removed. str(error) is one line: the
+    file, the cause and the free space there; `fix` says what to do before going on (free some space, ...)."""
+
+    def __init__(self, message, fix="once it can be written again"):
+        super().__init__(message)
+        self.fix = fix
+
+
+FIXES = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some of your quota"}
+
+
+def write_error(path, err, free=True):
+    """The WriteError of a failed write of `path`, or None when err is not the file system's (a bug keeps its
+    traceback). An OSError, or torch.save's RuntimeError (`[enforce fail at inline_container.cc] unexpected
+    pos`), whose cause is the OSError of the file object torch wrote to, where there is one. free: say the free
+    space in path's folder (not for a path that is no file's, such as "stdout")."""
+    chain = [err]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    os_err = next((e for e in chain if isinstance(e, OSError)), None)
+    if os_err is not None:
+        name = errno.errorcode.get(os_err.errno)
+        cause = (os_err.strerror or str(os_err)) + (f" ({name})" if name else "")
+    elif isinstance(err, RuntimeError) and ("inline_container" in str(err) or "PytorchStreamWriter" in str(err)):
+        cause = f"torch.save failed ({' '.join(str(err).split())})"
+    else:
+        return None
+    where = os.path.dirname(os.path.abspath(path))
+    try:
+        if free and (not os.path.exists(path) or os.path.isfile(path)):  # not a device such as /dev/full
+            cause += f", {size_text(shutil.disk_usage(where).free)} free in {where}"
+    except OSError:  # the folder is gone, or its file system cannot say
+        pass
+    return WriteError(f"cannot write {path}: {cause}", FIXES.get(getattr(os_err, "errno", None),
+                                                                "once it can be written again"))
+
+
+def size_text(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+@contextlib.contextmanager
+def replacing(path, mode="w"):
+    """Write path whole or not at all: into path.tmp, then renamed over path, so that a kill -9 leaves the old
+    file or the new one. A write that fails removes path.tmp and raises WriteError (write_error)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, mode) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        failed = write_error(path, e) if isinstance(e, Exception) else None
+        if failed is None:
+            raise
+        raise failed from e
+
+
+@contextlib.contextmanager
+def appending(path):
+    """Add to the end of path. A write that fails or is interrupted cuts path back to what it held before (no
+    half line stays) and, where the file system refused it, raises WriteError."""
+    size = os.path.getsize(path) if os.path.exists(path) else None
+    try:
+        with open(path, "a") as f:
+            yield f
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.truncate(path, size) if size is not None else os.remove(path)
+        failed = write_error(path, e) if isinstance(e, Exception) else None
+        if failed is None:
+            raise
+        raise failed from e
