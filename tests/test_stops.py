@@ -2,12 +2,13 @@
 to the numbers of an uninterrupted run.
 
 A full disk: OSError(ENOSPC) injected into the one write path (training/runfiles.py) at each file train.py writes,
-and, as root on Linux, a real tmpfs too small for the checkpoint. SIGTERM: a real signal to a real train.py, in an
-epoch and between epochs, held back while an epoch's files are written, and ignored under the Slurm launcher
-(tools/slurm.py).
+and, as root on Linux, a real tmpfs too small for the checkpoint; tools.sweep's table, tools.batched's run folders
+and evaluate.py's output alike. SIGTERM: a real signal to a real train.py, in an epoch and between epochs, held back
+while an epoch's files are written, and ignored under the Slurm launcher (tools/slurm.py).
 """
 import builtins
 import errno
+import io
 import json
 import os
 import re
@@ -21,8 +22,9 @@ import pytest
 import torch
 from test_train import HERE, metrics
 
+import evaluate
 import train
-from tools import slurm
+from tools import batched, slurm, sweep
 from training import errors, rundir, runfiles
 
 FLAGS = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -271,3 +273,61 @@ def test_under_the_slurm_launcher_train_py_ignores_sigterm(long_full, tmp_path):
     err = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0 and "stopped" not in err, err
     assert_same_run(out, long_full)
+
+
+# ---------------------------------------------------------------- the tools
+
+def test_a_sweep_on_a_full_disk_is_one_line_and_keeps_its_table(tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "sweeps")
+    monkeypatch.setattr(sweep, "run_jobs", lambda todo, gpus, jobs: {})  # the runs are train.py's, tested above
+    assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0
+    table = open(os.path.join(out, "table1-smoke.md")).read()
+    monkeypatch.setattr(runfiles, "open", FullDisk("table1-smoke.md"), raising=False)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["table1", "--scale", "smoke", "--out", out])
+    line = one_line(capsys.readouterr().err, "sweep.py")
+    assert e.value.code == 2 and re.match(rf"sweep.py: error: cannot write {re.escape(out)}/table1-smoke.md: {ENOSPC}",
+                                          line)
+    assert line.endswith("; free some space, then run the same command again (finished runs are skipped, the others "
+                         "resume from their checkpoints)")
+    assert open(os.path.join(out, "table1-smoke.md")).read() == table and not leftovers(out)
+
+
+def test_a_batched_grid_on_a_full_disk_is_one_line_and_leaves_whole_lines(tmp_path, capsys, monkeypatch):
+    out, grid = str(tmp_path / "grid"), FLAGS + ["--mode", "zero", "--seed", "0,1"]
+    monkeypatch.setattr(runfiles, "open", FullDisk("metrics.jsonl", after=3), raising=False)  # epoch 2's first line
+    with pytest.raises(SystemExit) as e:
+        batched.main(grid + ["--out", out])
+    line = one_line(capsys.readouterr().err, "batched.py")
+    assert e.value.code == 2 and re.match(rf"batched.py: error: cannot write {re.escape(out)}/\S+/metrics.jsonl: "
+                                          rf"{ENOSPC}", line)
+    assert "free some space, then run the same command again" in line
+    for run in os.listdir(out):
+        assert not leftovers(os.path.join(out, run)) and len(metrics(os.path.join(out, run))) == 1  # no half line
+    monkeypatch.undo()
+    assert batched.main(grid + ["--out", out]) == 0
+    assert all(len(metrics(os.path.join(out, run))) == 2 for run in os.listdir(out))
+
+
+class FullStdout(io.StringIO):
+    def write(self, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_evaluate_on_a_full_disk_is_one_line(full, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", FullStdout())
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([full])
+    assert e.value.code == 2 and one_line(capsys.readouterr().err, "evaluate.py") == (
+        "evaluate.py: error: cannot write stdout: No space left on device (ENOSPC); evaluate.py writes nothing else; "
+        "free some space, then run it again")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, where every write fails with ENOSPC")
+def test_evaluate_into_a_full_file_is_one_line_and_nothing_at_exit(full):
+    with open("/dev/full", "w") as stdout:
+        res = subprocess.run([sys.executable, "evaluate.py", full], cwd=HERE, stdout=stdout, stderr=subprocess.PIPE,
+                             text=True, timeout=120)
+    assert res.returncode == 2 and one_line(res.stderr, "evaluate.py").startswith(
+        "evaluate.py: error: cannot write /dev/full: No space left on device (ENOSPC); "), res.stderr

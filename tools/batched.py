@@ -247,8 +247,9 @@ def train(group_runs, device, log=print):
         config = dict(setup.config, graph=how, provenance=dict(rundir.provenance(device, 1), engine="tools.batched",
                                                     group_size=len(group_runs)))
         runfiles.write_json(run["dir"], "config.json", config)
-        np.save(os.path.join(run["dir"], "noisy_labels.npy"), run["noisy"])
-        with open(os.path.join(run["dir"], "sweep.json"), "w") as f:
+        with runfiles.replacing(os.path.join(run["dir"], "noisy_labels.npy"), "wb") as f:
+            np.save(f, run["noisy"])
+        with runfiles.replacing(os.path.join(run["dir"], "sweep.json")) as f:
             json.dump(run["key"], f)
     names, steps, k = sum_names(runs.m), runs.batches[0].steps(), runs.k
     alive, failed, t_start = list(range(len(group_runs))), {}, time.time()
@@ -282,7 +283,7 @@ def train(group_runs, device, log=print):
             runfiles.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k,
                                        (method.chi_at(epoch, a0.epochs, k), row["chi"]), run["args"].noise != "none")
             run["row"] = row
-            with open(os.path.join(run["dir"], "train.log"), "a") as f:
+            with runfiles.appending(os.path.join(run["dir"], "train.log")) as f:
                 f.write(epoch_line(row, runs.m) + "\n")
         for m in runs.models:
             for o, lr_sched in zip(m.opts, m.lr_scheds):
@@ -392,7 +393,11 @@ def main(argv=None):
     if len({j["dir"] for j in todo}) != len(todo):
         raise BadInput("two runs would share a folder; list each value once")
     t0 = time.time()
-    failed = run_jobs(todo, resolved(todo[0]["argv"], quiet=True).device if todo else "auto")
+    try:
+        failed = run_jobs(todo, resolved(todo[0]["argv"], quiet=True).device if todo else "auto")
+    except runfiles.WriteError as e:  # a full disk: what each file held before, and one line
+        raise UserError(f"{e}; the finished runs are kept in {out}; {e.fix}, then run the same command again "
+                        f"(finished runs are skipped, the others start again from epoch 1)") from None
     print(f"{len(todo)} runs, {len(failed)} diverged, {time.time() - t0:.0f} s: {out}")
     return 1 if failed else 0
 

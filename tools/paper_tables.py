@@ -247,7 +247,7 @@ def claim(job):
     """Make a run's folder and keep there the flags that make the run what it is (sweep.json: same_run reads
     it), before its train.py starts."""
     os.makedirs(job["dir"], exist_ok=True)  # train.py only refuses dirs holding config/metrics/checkpoint
-    with open(os.path.join(job["dir"], "sweep.json"), "w") as f:
+    with runfiles.replacing(os.path.join(job["dir"], "sweep.json")) as f:
         json.dump(job["key"], f)
 
 

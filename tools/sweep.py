@@ -85,7 +85,7 @@ def run_jobs(todo, gpus=0, jobs=1):
                     lines = [ln.strip() for ln in f if ln.strip()]
                 failed[r["job"]["name"]] = lines[-1] if lines else f"exit code {r['proc'].returncode}"
                 print(f"{head}: FAILED: {failed[r['job']['name']]} (log: {r['err'].name})", flush=True)
-    except KeyboardInterrupt:  # each run stops at its checkpoint as on its own Ctrl-C; the next sweep resumes it
+    except BaseException:  # Ctrl-C, a full disk: each run stops at its checkpoint as on Ctrl-C; a next sweep resumes it
         for r in running.values():
             r["proc"].send_signal(signal.SIGINT)
         for r in running.values():
@@ -327,6 +327,12 @@ def hardware(argv, gpus, jobs):
     return f"CPU ({cores} cores, {jobs} run{'s' if jobs > 1 else ''} at a time)", torch.__version__
 
 
+def kept_going(err, sweep_dir):
+    """The one line of a sweep stopped by a file it could not write (runfiles.WriteError: a full disk)."""
+    return UserError(f"{err}; the runs so far are kept in {sweep_dir}; {err.fix}, then run the same command again "
+                     f"(finished runs are skipped, the others resume from their checkpoints)")
+
+
 @one_line("sweep.py", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
                              "the others resume from their checkpoints; Slurm jobs go on and are not resubmitted)")
 def main(argv=None, cluster="slurm"):
@@ -368,7 +374,10 @@ def main(argv=None, cluster="slurm"):
         failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
     else:
         waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
-        failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
+        try:
+            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
+        except runfiles.WriteError as e:  # a run's sweep.json: the runs under way have stopped at their checkpoints
+            raise kept_going(e, sweep_dir) from None
     hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \
         hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0
@@ -380,8 +389,11 @@ def main(argv=None, cluster="slurm"):
               f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")
     path = sweep_dir + ".md"
     os.makedirs(args.out, exist_ok=True)
-    with open(path, "w") as f:
-        f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed, waiting))
+    try:
+        with runfiles.replacing(path) as f:  # a full disk: the table as it was, and one line
+            f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed, waiting))
+    except runfiles.WriteError as e:
+        raise kept_going(e, sweep_dir) from None
     print(f"{len(todo)} runs, {len(failed)} failed" + (f", {len(waiting)} queued or running (the same command "
                                                        f"again, or with --wait, writes them in)" if waiting else "") +
           f"; table: {path}")
