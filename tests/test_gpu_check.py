@@ -19,6 +19,7 @@ import pytest
 from test_mnist import write_idx
 
 from tools import fmnist, outbox, perf, recipe
+from training import graph
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY_ROWS = ("ce-zero", "mylc-zero", "mylc-cmdp")
@@ -181,7 +182,7 @@ def test_a_lease_runs_the_wave_alone_only_where_docs_gpu_holds_green_figures_of_
     collected = tmp_path / "cases.txt"
     collected.write_text("".join(f"tests/test_graph.py::{t}\n" for t in graph_tests))
     green = [("test_train", "test_sync_free", "passed")] + [("test_graph", t, "passed") for t in graph_tests]
-    step = perf.step_id()
+    step = graph.step_id()
     said = recipe.evidence(str(gpu_docs(tmp_path / "ok", green, step)), collected)
     assert said.startswith(f"capture: {tmp_path / 'ok' / 'cuda-x.xml'} (every graph test passed) and ") and step in said
     for name, cases, got_step, graphed, why in [
@@ -200,7 +201,7 @@ def test_the_wave_alone_at_toy_size_gets_the_whole_limit_and_packs(tmp_path):
     collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "--collect-only", "-q", "-p",
                                 "no:cacheprovider", "tests/test_graph.py"], cwd=HERE, capture_output=True, text=True)
     ids = [line.split("::", 1)[1] for line in collected.stdout.splitlines() if "::" in line]
-    docs = gpu_docs(tmp_path / "docs-gpu", [("test_graph", i, "passed") for i in ids], perf.step_id())
+    docs = gpu_docs(tmp_path / "docs-gpu", [("test_graph", i, "passed") for i in ids], graph.step_id())
     write_idx(tmp_path / "data", n_train=300, n_test=60)
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), PYTHON=sys.executable, PATH="/usr/bin:/bin",

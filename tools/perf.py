@@ -42,7 +42,6 @@ step and plain cross-entropy steps), timed and step_timing, about (what every fi
 """
 import argparse
 import gc
-import hashlib
 import json
 import math
 import os
@@ -69,7 +68,7 @@ from tools.stats import fmt, interval, mean_std
 from training import config, datasets
 from training.batches import Batches, Placement, Spec
 from training.errors import Parser, UserError, one_line
-from training.graph import WARMUP, place_lr, replayed
+from training.graph import WARMUP, place_lr, replayed, step_id
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 HALFWAY = Clock(epoch=5, batch=0, batches=1, epochs=10, seed=0)  # t/Γ = 0.5, where every step is timed
@@ -205,21 +204,6 @@ def step_timing(setup, device, how="off", compile_mode=None, step="cmd"):
     warm = seconds(first, device)
     step_s = timed(run, device, 0, setup.repeats)
     return warm - FIRST * step_s, 1e3 * step_s, torch.cuda.max_memory_reserved(device) / 2 ** 30 if cuda else None
-
-
-# The code a training step runs: a figure (and the CUDA tests beside it) stands for the step whose sources hash to
-# the same step_id.
-STEP_FILES = ("mutual.py", "losses.py", "label_correction.py", "schedule.py", "models.py", "training/graph.py",
-              "training/batches.py")
-
-
-def step_id():
-    """The first 12 hex digits of the SHA-256 of STEP_FILES, in that order."""
-    h = hashlib.sha256()
-    for f in STEP_FILES:
-        with open(os.path.join(HERE, f), "rb") as fh:
-            h.update(fh.read())
-    return h.hexdigest()[:12]
 
 
 def about(device, argv):
@@ -629,7 +613,7 @@ KEYS = {
     "info": {
         "device": "device name", "torch": "torch version", "cuda": "CUDA version torch was built with",
         "cudnn": "cuDNN version", "date": "date and time of the run", "command": "the command",
-        "step": "step_id(): the hash of the step's sources (STEP_FILES) the figures stand for",
+        "step": "graph.step_id(): the hash of the step's sources (graph.STEP_FILES) the figures stand for",
         "small": "small sizes (--small, automatic without CUDA)", "budget_s": "time budget, s (--budget)",
         "amp": "autocast of the step, compile and epochs parts: train.py's default (bf16 on CUDA)"},
     "sync": {

@@ -296,9 +296,9 @@ def evidence(folder, collected):
     """Whether folder (docs/gpu) holds already what stages 2 and 3 of tools/gpu_check.sh measure, for this tree's
     step: a JUnit XML (cuda*.xml) in which no test failed and every graph test now collected passed (collected: as
     for graph_from), and a perf JSON (perf*.json) with both epochs_100_min, eager and graphed, whose step is this
-    tree's (tools.perf.step_id). One line: "capture: " and the two files where it does (the wave may run alone,
+    tree's (training.graph.step_id). One line: "capture: " and the two files where it does (the wave may run alone,
     and captures the graph), else "no: " and what is missing."""
-    from tools.perf import step_id  # torch: only on the machine that runs the command
+    from training.graph import step_id  # torch: only on the machine that runs the command
     step, xmls = step_id(), sorted(glob.glob(os.path.join(folder, "cuda*.xml")))
     perfs = []
     for path in sorted(glob.glob(os.path.join(folder, "perf*.json"))):
@@ -309,7 +309,7 @@ def evidence(folder, collected):
                 perfs.append(path)
     if not perfs:
         return (f"no: {folder} has no perf*.json with eager and graphed epochs_100_min for this step ({step}, "
-                "tools.perf.step_id)")
+                "training.graph.step_id)")
     for xml in xmls:
         try:
             root = ElementTree.parse(xml).getroot()

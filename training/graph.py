@@ -15,8 +15,11 @@ replayed  -- the loop's step (batch, chi, r, clock) -> (sums, hist): eager, or a
 Replayed  -- train.py's step, or tools.batched's vmapped step of R runs (chi and r one per run), captured (torch.cuda.CUDAGraph) or compiled (torch.compile), with its static inputs
 key       -- what a captured step bakes in from host numbers
 place_lr  -- the optimisers' lr as the step reads it: a float, or a device tensor for a replay
+step_id   -- the hash of the step's sources (STEP_FILES), which the GPU's evidence for it names
 """
 import collections
+import hashlib
+import os
 import types
 import warnings
 from typing import NamedTuple
@@ -36,6 +39,19 @@ RECOMPILE_LIMIT = 64
 # replay) have passed on a device: the capture has run only on the CPU's compile path so far, and the default
 # is what the main command runs. --graph capture asks for it now.
 CAPTURE_BY_DEFAULT = False
+# The sources of the step: a CUDA test's verdict or a perf figure (tools.perf records step_id in its JSON) stands
+# for the step whose sources hash the same, and a lease runs them again where they changed (tools/recipe.evidence).
+STEP_FILES = ("mutual.py", "losses.py", "label_correction.py", "schedule.py", "models.py", "training/graph.py",
+              "training/batches.py")
+
+
+def step_id():
+    """The first 12 hex digits of the SHA-256 of STEP_FILES, read in that order."""
+    h = hashlib.sha256()
+    for f in STEP_FILES:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f), "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:12]
 
 
 def resolve(choice, device, amp, method, distributed, compiled_models):
