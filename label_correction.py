@@ -173,22 +173,29 @@ class Correction(NamedTuple):
               None: the given label q (CE, and the corrections that are losses, whose models distil q)
     loss   -- (logits, logp, q, y, m) -> a scalar, the model's L_selfKD when it is a loss of its own; None:
               H(q~, p). logp: the logits' float32 log_softmax; y: (N,) the given labels as integers
+    knobs  -- the names of the fields of mutual.Method (or of its Comparators) that target or loss reads: train.py
+              refuses any other label correction's knob given with this one
     """
     title: str
     target: Callable | None = None
     loss: Callable | None = None
+    knobs: tuple = ()
 
 
 LABEL_CORRECTIONS = {
     "ce": Correction("CE"),
-    "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps)),
-    "cp": Correction("CP", loss=lambda logits, logp, q, y, m: confidence_penalty_loss(logits, q, m.cp_beta, logp=logp)),
-    "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps)),
+    "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps), knobs=("ls_eps",)),
+    "cp": Correction("CP", loss=lambda logits, logp, q, y, m: confidence_penalty_loss(logits, q, m.cp_beta, logp=logp),
+                     knobs=("cp_beta",)),
+    "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps),
+                           knobs=("bootsoft_eps",)),
     "proselflc": Correction("ProSelfLC", target=lambda q, p, h, r, progress, m: proselflc(
-        q, p, progress, m.proselflc_b, m.proselflc_transit, h=h)),
-    "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h)),
+        q, p, progress, m.proselflc_b, m.proselflc_transit, h=h), knobs=("proselflc_b", "proselflc_transit")),
+    "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h),
+                       knobs=("mylc_b1", "mylc_rho")),
     "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m: tfkd_reg_loss(
         logits, y, m.comparators.tfkd_a, m.comparators.tfkd_t, m.comparators.tfkd_alpha,
-        m.comparators.tfkd_multiplier, logp=logp)),
-    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m: gce_loss(logits, y, m.comparators.gce_q, logp=logp)),
+        m.comparators.tfkd_multiplier, logp=logp), knobs=("tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier")),
+    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m: gce_loss(logits, y, m.comparators.gce_q, logp=logp),
+                      knobs=("gce_q",)),
 }

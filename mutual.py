@@ -21,6 +21,7 @@ step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's di
 shuffle_draws    -- the random draws of the shuffled-selection control
 Method           -- the paper's hyperparameters (and the controls'): the one source of their defaults and flags
 Comparators      -- the settings of the methods CMD is compared with, held by Method.comparators
+knobs_read       -- the fields of Method and Comparators a run of a mode and a label correction reads
 MODES            -- the registry of training modes: each a Mode (its objective, Eq. 7's (eta, b) for the
                     knowledge modes, the name plots show); THRESHOLDS, CMD_MODES, SMALL_LOSS, ALIASES read it
 LCS              -- the label corrections' names (label_correction.LABEL_CORRECTIONS is their registry)
@@ -286,6 +287,8 @@ class Mode(NamedTuple):
     tunable    -- --eta and --b may move its (η, b) (CMD-S, CMD-P); zero and all knowledge are defined by theirs
     small_loss -- it selects samples by their loss with R(t) (baselines.py): pairs only, with a forget rate τ
     aliases    -- the papers' names it is also called by
+    knobs      -- the fields of Method (or of its Comparators) its objective reads, beyond η and b (thresholds,
+                  tunable) and the label correction's own: train.py refuses any other mode's knob given with it
     """
     title: str
     objective: Callable
@@ -293,6 +296,7 @@ class Mode(NamedTuple):
     tunable: bool = False
     small_loss: bool = False
     aliases: tuple = ()
+    knobs: tuple = ()
 
 
 # (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
@@ -302,16 +306,21 @@ class Mode(NamedTuple):
 # mkd and kdcl are the baselines of Table 4, which distil everything by their own losses and have no threshold;
 # coteach, coteach+ and jocor are the small-loss methods of Table 3 and Sec. 2.2 (baselines.py), which select
 # samples by their loss, not by chi: pair-only, on the given labels, with R(t) of baselines.py.
+# The controls of the selection (--select, --peer-weight) change what the modes that teach read: zero knowledge
+# teaches nothing, and all knowledge teaches every sample, so that shuffling where it teaches changes nothing.
+CONTROLS = ("select", "peer_weight")
+R_T = ("forget_rate", "num_gradual")  # R(t) of the small-loss methods
 MODES = {
     "zero": Mode("Zero knowledge", cmd_objective, (math.inf, 0.0)),
-    "all": Mode("All knowledge", cmd_objective, (1.0, 0.0)),
-    "static": Mode("CMD-S", cmd_objective, (4.0, 0.0), tunable=True, aliases=("cmd-s",)),
-    "progressive": Mode("CMD-P", cmd_objective, (4.0, -5.0), tunable=True, aliases=("cmd-p",)),
-    "mkd": Mode("MKD (Eq. 2)", all_knowledge_objective),
-    "kdcl": Mode("KDCL", all_knowledge_objective),
-    "coteach": Mode("Co-teaching", baselines.objective, small_loss=True, aliases=("co-teaching",)),
-    "coteach+": Mode("Co-teaching+", baselines.objective, small_loss=True, aliases=("co-teaching+",)),
-    "jocor": Mode("JoCoR", baselines.objective, small_loss=True),
+    "all": Mode("All knowledge", cmd_objective, (1.0, 0.0), knobs=("peer_weight",)),
+    "static": Mode("CMD-S", cmd_objective, (4.0, 0.0), tunable=True, aliases=("cmd-s",), knobs=CONTROLS),
+    "progressive": Mode("CMD-P", cmd_objective, (4.0, -5.0), tunable=True, aliases=("cmd-p",), knobs=CONTROLS),
+    "mkd": Mode("MKD (Eq. 2)", all_knowledge_objective, knobs=("mkd_eps",)),
+    "kdcl": Mode("KDCL", all_knowledge_objective, knobs=("kdcl_t", "kdcl_lambda")),
+    "coteach": Mode("Co-teaching", baselines.objective, small_loss=True, aliases=("co-teaching",), knobs=R_T),
+    "coteach+": Mode("Co-teaching+", baselines.objective, small_loss=True, aliases=("co-teaching+",),
+                     knobs=(*R_T, "coteach_plus_init")),
+    "jocor": Mode("JoCoR", baselines.objective, small_loss=True, knobs=(*R_T, "jocor_lambda")),
 }
 THRESHOLDS = {m: x.thresholds for m, x in MODES.items() if x.thresholds is not None}
 CMD_MODES = tuple(THRESHOLDS)  # the modes of Eqs. 3-7, where --select and --peer-weight apply
@@ -319,6 +328,16 @@ SMALL_LOSS = tuple(m for m, x in MODES.items() if x.small_loss)
 ALIASES = {a: m for m, x in MODES.items() for a in x.aliases}  # the papers' names of the modes
 LCS = tuple(LABEL_CORRECTIONS)  # train.py's --lc: label_correction.LABEL_CORRECTIONS
 SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
+
+
+def knobs_read(mode, lc):
+    """The names of the fields of Method and Comparators that a run of this mode and label correction reads: the
+    mode and lc themselves, η and b where the mode's are tunable, the mode's knobs and, where it has a threshold
+    (it trains on q~), its label correction's (Mode.knobs, label_correction.Correction.knobs)."""
+    x, c = MODES[mode], LABEL_CORRECTIONS[lc]
+    own = c.knobs if x.thresholds is not None else ()
+    controls = () if c.loss is None else ("peer_weight",)  # a mean of two cross-entropies with targets: q~ only
+    return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *own, *(k for k in x.knobs if k not in controls)}
 
 
 def knob(default, help, check=None):

@@ -118,8 +118,8 @@ def test_shuffled_run_teaches_as_many_samples_as_the_confident_one_in_its_first_
 
 
 @pytest.mark.parametrize("flags,why", [
-    (["--select", "shuffled", "--mode", "mkd"], "controls of CMD's selection"),
-    (["--peer-weight", "mean", "--mode", "coteach", "--forget-rate", "0.2"], "controls of CMD's selection"),
+    (["--select", "shuffled", "--mode", "mkd"], "--select shuffled: --mode mkd with --lc ce does not read it"),
+    (["--peer-weight", "mean", "--mode", "coteach", "--forget-rate", "0.2"], "--mode coteach with --lc ce does not"),
     (["--peer-weight", "mean", "--peers", "3"], "a pair, not --peers 3"),
     (["--peer-weight", "mean", "--lc", "cp"], "--lc cp's own term"),
     (["--peer-weight", "mean", "--lc", "gce"], "--lc gce's own term"),

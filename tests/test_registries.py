@@ -5,6 +5,7 @@ train.main, checking that the entry, not a default, did the training; every knob
 step computes in some mode, so a knob that reaches Method but not the loss fails; the docs' lists of choices are
 the registries'; a dataset is fetched only from its own published files."""
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -168,10 +169,11 @@ def other_value(f):
     raise AssertionError(f"no other valid value found for {f.name}")
 
 
-def step_of(method, m=2):
+def step_of(method, m=2, epoch=1):
     """What one training step computes (its sums) for this method: train.py's step on a fixed batch of 64 for a
-    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, in epoch 2 of 10 (t/Γ = 0.125: Eq. 7's
-    b, ProSelfLC's transit and the comparators' R(t) all matter there). The inputs' scales spread the predictions'
+    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, in epoch `epoch` + 1 of 10 (epoch 1:
+    t/Γ = 0.125, where Eq. 7's b, ProSelfLC's transit and the comparators' R(t) all matter; epoch 8, where R(t)
+    keeps few enough of Co-teaching+'s disagreements that τ moves the count). The inputs' scales spread the predictions'
     entropies over [0, ln K], so that a χ that moves moves the selection."""
     torch.manual_seed(0)
     nets = [nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)) for _ in range(m)]
@@ -181,31 +183,83 @@ def step_of(method, m=2):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(64, 3, 2, 2, generator=g) * torch.linspace(0.05, 8, 64)[:, None, None, None]
     y = torch.randint(0, 4, (64,), generator=g)
-    clock = Clock(1, 1, 4, 10, 0)
+    clock = Clock(epoch, 1, 4, 10, 0)
     precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
     sums, _ = mutual_step(nets, opts, (x, y, (y + 1) % 4), method, method.chis_at(clock.t, clock.epochs, 4, m),
                           [torch.tensor(0.6), torch.tensor(0.8)][:m], clock, precision)
     return sums
 
 
+def accepted(mode, lc, f):
+    """Whether train.py takes knob f at other_value(f) with --mode and --lc; False: one line, rc 2."""
+    flag = "--" + f.name.replace("_", "-")
+    try:
+        config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f))]))
+        return True
+    except config.UserError:
+        return False
+
+
+def base_method(mode, lc):
+    """The method each knob is changed from: the mode's own (η, b), b = −5 where it is tunable, τ = 0.2."""
+    eta, b = mutual.MODES[mode].thresholds or (None, None)
+    return Method(mode=mode, lc=lc, eta=eta, b=-5.0 if mutual.MODES[mode].tunable else b,
+                  comparators=Comparators(forget_rate=0.2))
+
+
+@functools.lru_cache(maxsize=None)
+def base_step(mode, lc, epoch):
+    return step_of(base_method(mode, lc), epoch=epoch)
+
+
 @pytest.mark.parametrize("kind,f", KNOBS, ids=[f.name for _, f in KNOBS])
-def test_every_knob_of_the_method_changes_what_a_step_computes(kind, f):
-    # a knob added to Method or Comparators but read by nothing the step computes fails here, whatever its name
-    tau = Comparators(forget_rate=0.2)
+def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_reads_it(kind, f):
+    # a knob read by nothing fails here, whatever its name; so does one whose entries do not declare it
+    # (mutual.Mode.knobs, label_correction.Correction.knobs), and train.py refuses it wherever they do not
+    reads = 0
     for mode, x in mutual.MODES.items():
         for lc in mutual.LCS if x.thresholds else ("ce",):
+            read = f.name in mutual.knobs_read(mode, lc)
+            assert accepted(mode, lc, f) == read, (f.name, mode, lc, read)
+            if f.name in ("eta", "b") and not x.tunable:
+                continue  # zero and all knowledge are defined by their (η, b), the others have none: refused above
             if f.name == "peer_weight" and label_correction.LABEL_CORRECTIONS[lc].loss is not None:
-                continue  # --peer-weight mean is for targets (config refuses the others)
-            eta, b = x.thresholds or (None, None)
-            base = Method(mode=mode, lc=lc, eta=eta, b=b if b is None else -5.0, comparators=tau)
+                continue  # --peer-weight mean is for targets: refused above
+            base = base_method(mode, lc)
             if kind is Method:
                 changed = dataclasses.replace(base, **{f.name: other_value(f)})
             else:
-                changed = dataclasses.replace(base, comparators=dataclasses.replace(tau, **{f.name: other_value(f)}))
-            if not torch.equal(step_of(base), step_of(changed)):
-                return
-    pytest.fail(f"{f.name} = {other_value(f)} changes nothing a training step computes, in any mode and label "
-                f"correction: it reaches Method but not the loss")
+                changed = dataclasses.replace(base, comparators=dataclasses.replace(base.comparators, **{
+                    f.name: other_value(f)}))
+            changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in (1, 8))
+            assert changes == read, (
+                f"{f.name} = {other_value(f)} with --mode {mode} --lc {lc}: "
+                + ("declared read but changes nothing the step computes" if read else
+                   "changes the step, but neither entry declares it, so train.py refuses it"))
+            reads += read
+    assert reads, f"{f.name} is read by no mode and no label correction"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lc", "mylc", "--ls-eps", "0.3"], "--ls-eps 0.3: --mode progressive with --lc mylc does not read it (only --lc "
+                                          "ls does); drop it"),
+    (["--mode", "progressive", "--jocor-lambda", "0.5"], "--jocor-lambda 0.5: --mode progressive with --lc mylc does "
+                                                         "not read it (only --mode jocor does); drop it"),
+])
+def test_a_knob_the_run_does_not_read_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, flags,
+                                                                                       message):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train.main(ONE_EPOCH + flags + ["--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == f"train.py: error: {message}\n" and not out.exists()
+
+
+def test_a_grid_passes_each_run_only_the_knobs_its_mode_and_label_correction_read():
+    extra = ["--ls-eps", "0.3", "--mylc-rho=0.4", "--jocor-lambda", "0.5", "--workers", "2", "--cp-beta", "0.1"]
+    assert config.knobs_for(["--mode", "progressive", "--lc", "ls"], extra) == ["--ls-eps", "0.3", "--workers", "2"]
+    assert config.knobs_for(["--mode", "zero"], extra) == ["--mylc-rho=0.4", "--workers", "2"]  # MyLC by default
+    assert config.knobs_for(["--mode", "jocor"], extra) == ["--jocor-lambda", "0.5", "--workers", "2"]
 
 
 # ---------------------------------------------------------------- the docs list what the registries hold

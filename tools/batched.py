@@ -45,7 +45,7 @@ from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, ob
 from noise import add_noise
 from training import build, graph, rundir, runfiles
 from training.batches import Batches
-from training.config import get_args, method_of, pick_device, resolve, run_name
+from training.config import get_args, knobs_for, method_of, pick_device, resolve, run_name
 from training.errors import UserError, one_line
 from training.report import accuracies, epoch_row, epoch_line, final_accuracies
 from tools import sweep
@@ -341,7 +341,8 @@ def batched_flag(p):
 
 # ---------------------------------------------------------------- the command line
 def expand(argv, zipped):
-    """[(name, train.py argv)] of every run the lists in argv make (their product, or their positions)."""
+    """[(name, train.py argv)] of every run the lists in argv make (their product, or their positions); the other
+    flags are every run's, less the knobs its mode and label correction do not read (config.knobs_for)."""
     lists, rest, i = {}, [], 0
     while i < len(argv):
         flag, value = argv[i].split("=", 1) if "=" in argv[i] else (argv[i], None)
@@ -361,7 +362,8 @@ def expand(argv, zipped):
         raise BadInput("--zip pairs the lists by position, and they differ in length (" + ", ".join(
             f"--{k} {len(v)}" for k, v in lists.items()) + "); give each the same number of values")
     combos = zip(*lists.values()) if zipped and lists else itertools.product(*lists.values())  # no lists: one run
-    return [(dict(zip(lists, c)), rest + [a for k, v in zip(lists, c) for a in (f"--{k}", v)]) for c in combos]
+    runs = [(dict(zip(lists, c)), [a for k, v in zip(lists, c) for a in (f"--{k}", v)]) for c in combos]
+    return [(values, knobs_for(rest + own, rest) + own) for values, own in runs]  # each run, the knobs it reads
 
 
 def name_of(values, args):

@@ -210,7 +210,8 @@ def data_flags(data_dir=DATA_DIR):
 # ---------------------------------------------------------------- the runs, on disk or in the raw data
 class Plan(NamedTuple):
     """Where a study's runs go (folder/<stage>/<name>), and what every run is given: the data's and the regime's
-    flags (data), and after them the device and the flags after -- (extra)."""
+    flags (data), and after them the device and the flags after -- (extra), less the knobs a run's mode and label
+    correction do not read (config.knobs_for)."""
     folder: str
     data: list
     extra: list
@@ -218,7 +219,7 @@ class Plan(NamedTuple):
     def job(self, stage, name, flags, seed):
         d = os.path.join(self.folder, stage, f"{name}-s{seed}")
         key = merged(self.data, flags, ["--seed", str(seed)])  # clean's --noise none --rate 0 replaces the base's
-        return dict(name=f"{name}-s{seed}", dir=d, key=key, argv=key + ["--out", d, *self.extra])
+        return dict(name=f"{name}-s{seed}", dir=d, key=key, argv=key + ["--out", d, *config.knobs_for(key, self.extra)])
 
 
 def merged(*parts):

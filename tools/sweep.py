@@ -303,8 +303,9 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None, waiting=None):
 def check_flags(todo, extra):
     """Flags after -- may add to the runs (--data-dir, --workers) but not change what the grid sets for each
     (its rows, columns, scale, --seed, --out): the table would then label runs with settings they did not
-    have. UserError naming them. Then every run's train.py flags go through train.py's own checks
-    (config.resolve): one that train.py would refuse ends the sweep with train.py's one-line error, exit 2."""
+    have. UserError naming them. Each run is given only the knobs after -- that its mode and label correction
+    read (config.knobs_for; its argv changed in place). Then every run's train.py flags go through train.py's own
+    checks (config.resolve): one that train.py would refuse ends the sweep with train.py's one-line error, exit 2."""
     from training import config  # imports torch: only here, so the tables' tests need none
     set_by_grid = set().union(*(config.given(job["key"]) for job in todo)) | {"out"}
     clash = sorted(config.given(extra) & set_by_grid)
@@ -312,6 +313,8 @@ def check_flags(todo, extra):
         raise UserError(f"{' '.join('--' + d.replace('_', '-') for d in clash)} after -- would override what the "
                          f"grid sets for its runs; leave {'them' if len(clash) > 1 else 'it'} out (the presets "
                          f"and scales are in paper_tables.py)")
+    for job in todo:
+        job["argv"] = job["argv"][:len(job["argv"]) - len(extra)] + config.knobs_for(job["key"], extra)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), one_line("train.py"):
         warnings.simplefilter("ignore")  # what resolve tells a run (its scaled milestones) each run tells again
         for job in todo:

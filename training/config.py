@@ -20,7 +20,7 @@ import torch
 import models
 import schedule
 from label_correction import LABEL_CORRECTIONS
-from mutual import ALIASES, CMD_MODES, MODES, NAMES, SMALL_LOSS, THRESHOLDS, Comparators, Method
+from mutual import ALIASES, CMD_MODES, MODES, NAMES, SMALL_LOSS, THRESHOLDS, Comparators, Method, knobs_read
 from noise import NOISE
 from training import cifar_n, datasets
 from training.errors import Parser, UserError
@@ -300,9 +300,6 @@ def resolve_method(args):
             raise UserError(f"--mode {args.mode} trains on the given labels (no --lc, --eta, --b); "
                             f"use {'/'.join(CMD_MODES)} for those")
         args.lc = "ce"
-    if (args.select, args.peer_weight) != ("confident", "sum") and args.mode not in CMD_MODES:
-        raise UserError(f"--select and --peer-weight are controls of CMD's selection ({', '.join(CMD_MODES)}), not of "
-                        f"--mode {args.mode}; drop them")
     if args.peer_weight == "mean" and args.peers != 2:
         raise UserError(f"--peer-weight mean averages a sample's own term with its one peer's: a pair, not "
                         f"--peers {args.peers}")
@@ -314,6 +311,44 @@ def resolve_method(args):
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
     args.lc = args.lc or Method().lc
+    refuse_unread(args)
+
+
+def knob_flags():
+    """{--flag: the field} of every knob of Method and Comparators."""
+    return {"--" + f.name.replace("_", "-"): f.name for f in knobs_of(Method) + knobs_of(Comparators)}
+
+
+def refuse_unread(args):
+    """A knob of Method or Comparators set to a value other than its default that neither --mode nor --lc reads
+    (mutual.knobs_read): refused in one line, so that no run carries, or is named by, a setting that changed
+    nothing. η and b are resolve_method's own."""
+    read = knobs_read(args.mode, args.lc)
+    for flag, name in knob_flags().items():
+        default = next(f.default for f in knobs_of(Method) + knobs_of(Comparators) if f.name == name)
+        if name in read or name in ("eta", "b") or getattr(args, name) == default:
+            continue
+        by = [f"--mode {m}" for m, x in MODES.items() if name in x.knobs] + [
+            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if name in x.knobs]
+        raise UserError(f"{flag} {getattr(args, name)}: --mode {args.mode} with --lc {args.lc} does not read it (only "
+                        f"{', '.join(by)} {'do' if len(by) > 1 else 'does'}); drop it")
+
+
+def knobs_for(key, extra):
+    """extra, flags a grid adds to each of its runs, without the knobs that the run whose own flags are key does
+    not read (mutual.knobs_read): a sweep or a preset passes each run only the knobs its mode and label correction
+    read."""
+    a = get_args(key)
+    lc = a.lc or (Method().lc if MODES[a.mode].thresholds is not None else "ce")
+    read, flags, out, i = knobs_read(a.mode, lc), knob_flags(), [], 0
+    while i < len(extra):
+        flag = extra[i].split("=", 1)[0]
+        if flag in flags and flags[flag] not in read:
+            i += 1 if "=" in extra[i] else 2
+            continue
+        out.append(extra[i])
+        i += 1
+    return out
 
 
 def resolve_noise(args):
