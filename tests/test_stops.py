@@ -185,8 +185,8 @@ def small_disk(tmp_path):
         mounted.append(size)
         return str(disk)
     yield mount
-    if mounted:
-        subprocess.run(["umount", str(disk)], check=True)
+    if mounted:  # lazily: a file a failed test left open does not keep the mount
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
 
 
 @pytest.mark.parametrize("room", [0, 1])
@@ -264,6 +264,14 @@ def test_a_sigterm_while_an_epochs_files_are_written_lands_after_them(full, tmp_
     assert_same_run(out, full)
 
 
+def test_one_line_says_sigterm_and_exits_143_where_ctrl_c_says_its_own(capsys):
+    for err, code, said in ((errors.Terminated(), 143, "SIGTERM"), (KeyboardInterrupt(), 130, "Ctrl-C")):
+        with pytest.raises(SystemExit) as e:
+            with errors.one_line("prog", stopped="stopped by Ctrl-C before training started"):
+                raise err
+        assert e.value.code == code and capsys.readouterr().err == f"prog: stopped by {said} before training started\n"
+
+
 def test_under_the_slurm_launcher_train_py_ignores_sigterm(long_full, tmp_path):
     # Slurm signals every process of a job; submitit's job process stops train.py itself (slurm.Train.stop)
     out = str(tmp_path / "run")
@@ -311,8 +319,11 @@ def test_a_batched_grid_on_a_full_disk_is_one_line_and_leaves_whole_lines(tmp_pa
 
 
 class FullStdout(io.StringIO):
-    def write(self, text):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    """stdout as `> file` on a full disk: writes are buffered, and the flush fails (at exit, unless sooner)."""
+
+    def flush(self):
+        if self.getvalue():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_evaluate_on_a_full_disk_is_one_line(full, capsys, monkeypatch):
@@ -324,10 +335,15 @@ def test_evaluate_on_a_full_disk_is_one_line(full, capsys, monkeypatch):
         "free some space, then run it again")
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, where every write fails with ENOSPC")
-def test_evaluate_into_a_full_file_is_one_line_and_nothing_at_exit(full):
-    with open("/dev/full", "w") as stdout:
+def test_evaluate_into_a_file_on_a_full_disk_is_one_line_and_nothing_at_exit(full, small_disk):
+    sink = os.path.join(small_disk("64k"), "accuracy.txt")
+    with open(os.path.join(os.path.dirname(sink), "filler"), "wb", buffering=0) as f:  # the disk fills up
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"0" * 4096)
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout as a user's: block-buffered
+    with open(sink, "w") as stdout:
         res = subprocess.run([sys.executable, "evaluate.py", full], cwd=HERE, stdout=stdout, stderr=subprocess.PIPE,
-                             text=True, timeout=120)
+                             text=True, timeout=120, env=buffered)
     assert res.returncode == 2 and one_line(res.stderr, "evaluate.py").startswith(
-        "evaluate.py: error: cannot write /dev/full: No space left on device (ENOSPC); "), res.stderr
+        f"evaluate.py: error: cannot write {sink}: No space left on device (ENOSPC), 0 B free in "), res.stderr
