@@ -48,7 +48,7 @@ from training.cifar_n import human_labels
 from training.config import get_args, method_of, resolve
 from training.errors import UserError, exit_code, one_line, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
-from training.report import add_scalars, epoch_line, epoch_row, evaluate, tensorboard
+from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, tensorboard
 
 
 def check_files(args, train, tests, log):
@@ -99,12 +99,12 @@ def main(argv=None):
                 kept = f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint"
                 raise UserError(f"loss became NaN/inf in epoch {epoch + 1}; {kept}. Try a lower --lr or --amp off")
             results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device)
-            # chi in the row is Eq. 7 at the epoch's end (t = epoch + 1); entropy_hist.npz also keeps it at the
-            # start (t = epoch), so that each histogram can be read against both lines of its epoch
-            head = dict(epoch=epoch + 1, lr=lr, chi=method.chi_at(epoch + 1, args.epochs, d.num_classes),
-                        seconds=time.time() - t0)
+            # chi in the row is the step's (Method.chis_at) at the epoch's end (t = epoch + 1); entropy_hist.npz
+            # also keeps it at the start (t = epoch), so that each histogram can be read against both lines of its epoch
+            chis = [method.chis_at(t, args.epochs, d.num_classes, len(models.nets)) for t in (epoch, epoch + 1)]
+            head = dict(epoch=epoch + 1, lr=lr, **chi_keys(chis[1]), seconds=time.time() - t0)
             row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
-            run.log_epoch(row, hist.cpu().numpy(), method.chi_at(epoch, args.epochs, d.num_classes), models, r)
+            run.log_epoch(row, hist.cpu().numpy(), chis, models, r)
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)

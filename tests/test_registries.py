@@ -25,8 +25,8 @@ import mutual
 import noise
 import train
 from mutual import Clock, Comparators, Method, Precision, mutual_step
-from tools import plot
-from training import config, datasets, download, presets
+from tools import batched, plot
+from training import config, datasets, download, presets, report
 from training.images import DataError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -300,11 +300,26 @@ def test_each_models_chi_from_chis_at_reaches_the_loss(tmp_path, monkeypatch):
     # a knob that gives each model its own χ changes Method.chis_at alone: what it returns reaches cmd_distill as
     # it is, model by model, in the step and in train.py (A passes nothing, B everything)
     assert Method(mode="static", eta=2.0, b=0.0).chis_at(1.0, 3, 4, 3) == (math.log(4) / 2,) * 3
-    monkeypatch.setattr(Method, "chis_at", lambda self, t, total, k, m: (0.0, 1e9))
+    monkeypatch.setattr(Method, "chis_at", lambda self, t, total, k, m: (0.0, 5.0 + t))
     names = mutual.sum_names(2)
     sums = step_of(Method(mode="static"))
     assert sums[names.index("selected_a2b")] == 0 and sums[names.index("selected_b2a")] == 64
-    out = str(tmp_path / "run")
-    train.main(ONE_EPOCH + ["--mode", "static", "--out", out])
+    # what the run shows is the χ the step used, each model's: the epoch line, metrics.jsonl, entropy_hist.npz,
+    # from train.py and from tools.batched alike
+    for run, entry in (("run", train.main), ("grid", batched.main)):
+        out = str(tmp_path / run)
+        entry(ONE_EPOCH + ["--mode", "static", "--out", out])
+        d = out if run == "run" else os.path.join(out, next(iter(os.listdir(out))))
+        row, = metrics(d)
+        assert row["selected_a2b"] == 0 and row["selected_b2a"] == 1
+        assert (row["chi"], row["chi_a"], row["chi_b"]) == (None, 0.0, 6.0)  # at the epoch's end, t = 1
+        line = report.epoch_line(row)
+        assert " | chi A 0.00 B 6.00 | sel b2a 1.00 a2b 0.00 |" in line
+        with np.load(os.path.join(d, "entropy_hist.npz")) as h:
+            assert h["chi_start_models"].tolist() == [[0.0, 5.0]] and h["chi_end_models"].tolist() == [[0.0, 6.0]]
+            assert np.isnan(h["chi_start"]).all() and np.isnan(h["chi_end"]).all()  # no one χ of both
+    monkeypatch.undo()
+    out = str(tmp_path / "one")
+    train.main(ONE_EPOCH + ["--mode", "static", "--eta", "2", "--out", out])
     row, = metrics(out)
-    assert row["selected_a2b"] == 0 and row["selected_b2a"] == 1
+    assert row["chi"] == pytest.approx(math.log(4) / 2) and "chi_a" not in row  # one χ: one number

@@ -47,7 +47,7 @@ from training import build, graph, rundir, runfiles
 from training.batches import Batches
 from training.config import get_args, knobs_for, method_of, pick_device, resolve, run_name
 from training.errors import UserError, one_line
-from training.report import accuracies, epoch_row, epoch_line, final_accuracies
+from training.report import accuracies, chi_keys, epoch_row, epoch_line, final_accuracies
 from tools import sweep
 from tools.paper_tables import same_run
 
@@ -277,11 +277,12 @@ def train(group_runs, device, log=print):
                 alive.remove(j)
                 continue
             method = runs.methods[j]
-            head = dict(epoch=epoch + 1, lr=lr[j], chi=method.chi_at(epoch + 1, a0.epochs, k), seconds=time.time() - t0)
+            chis = [method.chis_at(t, a0.epochs, k, runs.m) for t in (epoch, epoch + 1)]  # the step's, as train.py
+            head = dict(epoch=epoch + 1, lr=lr[j], **chi_keys(chis[1]), seconds=time.time() - t0)
             row = epoch_row(s, results[j], head, k, known_clean=run["args"].noise != "none")
             runfiles.append_metrics(run["dir"], row)
-            runfiles.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k,
-                                       (method.chi_at(epoch, a0.epochs, k), row["chi"]), run["args"].noise != "none")
+            runfiles.append_entropy_hist(run["dir"], epoch + 1, hist[j].cpu().numpy(), k, chis,
+                                         run["args"].noise != "none")
             run["row"] = row
             with runfiles.appending(os.path.join(run["dir"], "train.log")) as f:
                 f.write(epoch_line(row, runs.m) + "\n")

@@ -105,6 +105,9 @@ def load_run(d):
     if os.path.exists(os.path.join(d, HIST)):
         with np.load(os.path.join(d, HIST), allow_pickle=False) as f:
             hist = {k: f[k] for k in HIST_KEYS}  # KeyError when one is missing
+            for k in ("chi_start", "chi_end"):  # each model's; a file written before they were kept has the one
+                hist[k + "_models"] = f[k + "_models"] if k + "_models" in f else np.repeat(
+                    f[k][:, None], f["counts"].shape[1], 1)
     return dict(dir=d, config=config, rows=rows, hist=hist)
 
 
@@ -168,7 +171,8 @@ def series(run, kind):
     """[(legend suffix, line style, [(epoch, value)])] of one logged quantity of one run.
 
     Per model (test_acc, memorized): one line per model. Per pair (selected, precision, recall): b2a solid and
-    a2b dashed for a pair; for a cohort, whose N(N-1) pairs would be unreadable, their mean. Others (chi): one line.
+    a2b dashed for a pair; for a cohort, whose N(N-1) pairs would be unreadable, their mean. chi: one line, and one
+    per model in the epochs where the models' differ. Others: one line.
     Epochs that logged None (precision when nothing was selected) are left out.
     """
     models, rows = models_of(run), run["rows"]
@@ -184,6 +188,8 @@ def series(run, kind):
             if v:
                 pts.append((r["epoch"], sum(v) / len(v)))
         return [(f"mean of {len(pairs)} pairs", "-", pts)]
+    elif kind == "chi" and any(f"chi_{models[0]}" in r for r in rows):  # each model's own χ
+        keys = [(kind, "", "-")] + [(f"chi_{m}", m.upper(), STYLES[i % len(STYLES)]) for i, m in enumerate(models)]
     else:
         keys = [(kind, "", "-")]
     return [(label, style, [(r["epoch"], r[k]) for r in rows if r.get(k) is not None]) for k, label, style in keys]
@@ -332,7 +338,7 @@ def plot_entropy(plt, run, name, path, panels=6, epochs_wanted=None):
                 handles.setdefault(label, ax.bar(edges[:-1], v / total, width=width, align="edge", alpha=0.55,
                                                  color=colour))
             ax.set_xlim(-0.03 * edges[-1], edges[-1])  # so that chi = 0 (zero knowledge) shows beside the axis
-            end, start = h["chi_end"][i], h["chi_start"][i]
+            end, start = h["chi_end_models"][i, row], h["chi_start_models"][i, row]  # this model's
             if np.isfinite(end):
                 handles.setdefault("end", ax.axvline(max(end, 0.0), color="k", linestyle="-", linewidth=1))
             if np.isfinite(start) and not (np.isfinite(end) and np.isclose(start, end)):

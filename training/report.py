@@ -2,6 +2,7 @@
 
 evaluate         -- top-1 accuracy of A, B, their mean (the tables' number) and their ensemble, per test set
 epoch_row        -- the metrics.jsonl line of an epoch, from its sums (mutual.sum_names)
+chi_keys         -- the row's χ, the step's (Method.chis_at), per model where the models' differ
 epoch_line       -- the fixed-format console line of an epoch: lr, training losses, realised noise, chi,
                     selection and its precision, test accuracy, time
 final_accuracies -- the accuracies of a row, for summary.json
@@ -43,6 +44,15 @@ def epoch_row(s, results, head, num_classes, known_clean):
     return dict(row, **results)
 
 
+def chi_keys(chis):
+    """The row's χ from what the step used (Method.chis_at: one per model, or None): chi, the models' one value
+    (None without a threshold, or where the models' differ), and where they differ chi_a, chi_b, ..., each
+    model's own."""
+    if chis is None or len(set(chis)) == 1:
+        return dict(chi=None if chis is None else chis[0])
+    return dict(chi=None, **{f"chi_{x}": c for x, c in zip(NAMES, chis)})
+
+
 def pairs(m):
     """The ordered pairs (teacher, student) of m models, in the order the pair (A, B) reads: b2a, then a2b."""
     return [(j, k) for k in NAMES[:m] for j in NAMES[:m] if j != k]
@@ -63,9 +73,10 @@ def fraction(v):
 
 def epoch_line(row, m=2):
     """One fixed-format line per epoch. A pair shows each direction; a cohort the mean over its pairs."""
-    chi = "  - " if row["chi"] is None else f"{row['chi']:.2f}"
-    noise = "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"
     models = NAMES[:m]
+    chi = (" ".join(f"{x.upper()} {row[f'chi_{x}']:.2f}" for x in models) if f"chi_{models[0]}" in row else
+           "  - " if row["chi"] is None else f"{row['chi']:.2f}")  # each model's where they differ
+    noise = "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"
     if m == 2:
         prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
         selection = f"sel b2a {fraction(row['selected_b2a'])} a2b {fraction(row['selected_a2b'])} | prec {prec}"

@@ -363,16 +363,17 @@ class Run:
                 np.save(f, noisy)
         trim_metrics(self.out, self.epochs_done)
 
-    def log_epoch(self, row, hist, chi_start, models, r):
+    def log_epoch(self, row, hist, chis, models, r):
         """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C or SIGTERM lands after
         them, and when one cannot be written (runfiles.WriteError) the others are taken back: metrics.jsonl
-        never holds an epoch that the checkpoint does not."""
+        never holds an epoch that the checkpoint does not. chis: the step's χ of each model (Method.chis_at) at
+        the epoch's start and end."""
         seconds = self.stopwatch.tick()
         with uninterrupted():
             if self.writes:
                 try:
                     append_metrics(self.out, row)
-                    append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, (chi_start, row["chi"]),
+                    append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, chis,
                                         self.config["noise"] != "none")
                     if self.resumable:  # --checkpoint none: the metrics alone
                         save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds)

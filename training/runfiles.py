@@ -73,22 +73,29 @@ def append_metrics(out, row):
 def append_entropy_hist(out, epoch, counts, num_classes, chi, known_clean):
     """Add epoch `epoch`'s histograms to entropy_hist.npz, dropping rows of that epoch or later (a resume).
 
-    counts: (2, 2, bins) from mutual.entropy_histogram summed over the epoch (model A/B x
-    clean/noisy given label). chi: (χ at the epoch's start, at its end), None without a threshold.
-    The file holds epoch (E,), counts (E, 2, 2, bins), edges (bins + 1,) in nats over [0, ln K],
-    chi_start and chi_end (E,) (NaN without a threshold), and known_clean: whether the clean/noisy
-    split is real (False: all counts are in [:, :, 0]).
+    counts: (M, 2, bins) from mutual.entropy_histogram summed over the epoch (model A, B, ... x
+    clean/noisy given label). chi: (χ at the epoch's start, at its end), each as the step used it
+    (Method.chis_at: one per model), or None without a threshold.
+    The file holds epoch (E,), counts (E, M, 2, bins), edges (bins + 1,) in nats over [0, ln K],
+    chi_start and chi_end (E,), the models' one χ (NaN without a threshold, or where the models'
+    differ), chi_start_models and chi_end_models (E, M), each model's, and known_clean: whether the
+    clean/noisy split is real (False: all counts are in [:, :, 0]).
     """
-    chi_start, chi_end = chi
+    m = counts.shape[0]
+    each = [[math.nan] * m if c is None else [float(v) for v in c] for c in chi]  # (start, end) x M
     path = os.path.join(out, "entropy_hist.npz")
     rows = dict(epoch=np.zeros(0, np.int64), counts=np.zeros((0, *counts.shape), np.int64),
-                chi_start=np.zeros(0), chi_end=np.zeros(0))
+                chi_start=np.zeros(0), chi_end=np.zeros(0), chi_start_models=np.zeros((0, m)),
+                chi_end_models=np.zeros((0, m)))
     if os.path.exists(path):
         with np.load(path) as f:
             keep = f["epoch"] < epoch
-            rows = {k: f[k][keep] for k in rows}
+            rows = {k: f[k][keep] if k in f else np.repeat(f[k[:-7]][keep][:, None], m, 1)  # a file of before
+                    for k in rows}
     new = dict(epoch=[epoch], counts=[np.rint(counts).astype(np.int64)],
-               chi_start=[math.nan if chi_start is None else chi_start], chi_end=[math.nan if chi_end is None else chi_end])
+               chi_start=[each[0][0] if len(set(each[0])) == 1 else math.nan],
+               chi_end=[each[1][0] if len(set(each[1])) == 1 else math.nan],
+               chi_start_models=[each[0]], chi_end_models=[each[1]])
     rows = {k: np.concatenate([rows[k], np.asarray(new[k], dtype=rows[k].dtype)]) for k in rows}
     edges = np.linspace(0, math.log(num_classes), counts.shape[-1] + 1)
     with replacing(path, "wb") as f:
@@ -107,8 +114,7 @@ def trim_entropy_hist(out, epochs_done):
         os.remove(path)
     elif not keep.all():
         with replacing(path, "wb") as f:
-            np.savez(f, **{k: v[keep] if k in ("epoch", "counts", "chi_start", "chi_end") else v
-                           for k, v in rows.items()})
+            np.savez(f, **{k: v[keep] if k not in ("edges", "known_clean") else v for k, v in rows.items()})
 
 
 def last_metrics(out):
