@@ -68,7 +68,7 @@ def test_changing_a_default_in_method_changes_the_flag(monkeypatch):
 
 def test_a_method_knob_is_checked_by_its_own_rule():
     with pytest.raises(UserError, match=r"--ls-eps 1.5: must be in \[0, 1\]"):
-        config.resolve(config.get_args(["--dataset", "synthetic", "--ls-eps", "1.5"]))
+        config.resolve(config.get_args(["--dataset", "synthetic", "--lc", "ls", "--ls-eps", "1.5"]))
 
 
 @pytest.mark.parametrize("given,mode", [("cmd-s", "static"), ("CMD-S", "static"), ("CMD-P", "progressive"),
