@@ -40,16 +40,18 @@ class NoiseKind(NamedTuple):
                   files, not from a matrix (human: CIFAR-N, training/cifar_n.py)
     takes_rate -- the rate is the user's (--rate, default 0.4), not fixed (none) or the files' (human)
     max_rate   -- the rates it takes are [0, max_rate); why_max says why, where max_rate < 1
+    min_classes -- the fewest classes K its matrix is defined for (a flipped label needs another class)
     """
     title: str
     matrix: Callable | None
     takes_rate: bool = True
     max_rate: float = 1.0
     why_max: str = ""
+    min_classes: int = 2
 
 
 NOISE = {
-    "none": NoiseKind("no", lambda rate, k: np.eye(k), takes_rate=False),
+    "none": NoiseKind("no", lambda rate, k: np.eye(k), takes_rate=False, min_classes=1),
     "sym": NoiseKind("symmetric", symmetric),
     "pair": NoiseKind("pair-flip", pair_flip, max_rate=0.5, why_max="at 0.5 or more the flipped class is the majority "
                       "label of its class, so nothing tells the true one apart"),
@@ -57,7 +59,7 @@ NOISE = {
 }
 def transition_matrix(kind, rate, num_classes):
     """The K x K noise transition matrix of NOISE[kind]; every row sums to 1. none, or r = 0: the identity.
-    Raises ValueError for a kind without a matrix or r outside [0, 1).
+    Raises ValueError for a kind without a matrix, r outside [0, 1), or fewer classes than its min_classes.
     """
     if kind not in NOISE or NOISE[kind].matrix is None:
         drawn = [k for k, n in NOISE.items() if n.matrix is not None]
@@ -67,8 +69,8 @@ def transition_matrix(kind, rate, num_classes):
     k = num_classes
     if kind == "none" or rate == 0:
         return np.eye(k)
-    if k < 2:
-        raise ValueError(f"{kind} noise needs at least 2 classes, got {k}")
+    if k < NOISE[kind].min_classes:
+        raise ValueError(f"{kind} noise needs at least {NOISE[kind].min_classes} classes, got {k}")
     return NOISE[kind].matrix(rate, k)
 
 

@@ -40,11 +40,9 @@ import torch.distributed as dist
 
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
-from noise import add_noise
 from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
-from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, load_data
-from training.cifar_n import human_labels
+from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, given_labels, load_data
 from training.config import get_args, method_of, resolve
 from training.errors import UserError, exit_code, one_line, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
@@ -182,11 +180,8 @@ def data_and_labels(args, run, setup):
         if args.check_images:
             check_files(args, train, tests, setup.log)
         noisy = run.noisy_labels(len(train.labels), d.num_classes)
-        if noisy is None and args.noise == "human":  # CIFAR-N: one human label per training image, in its order
-            noisy = human_labels(args.noise_file, datasets.DATASETS[args.dataset].human, args.noise_key,
-                                 d.train.labels, d.num_classes)[keep]
-        elif noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
-            noisy = add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
+        if noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
+            noisy = given_labels(args, d, train, keep)
     except datasets.BadImages as e:
         if len(e.bad) > 1:  # one line per file, then main's error line
             for path, why in e.bad:

@@ -90,6 +90,22 @@ def test_a_noise_kind_added_to_its_registry_trains_on_its_own_labels(tmp_path, m
     assert plot.describe(json.load(open(os.path.join(out, "config.json"))))["noise"] == "50% two-up noise"
 
 
+@pytest.mark.parametrize("entry", ["train.py", "tools.batched"])
+def test_a_noise_kind_that_needs_more_classes_is_one_line_in_train_py_and_tools_batched(tmp_path, monkeypatch, capsys,
+                                                                                         entry):
+    def in_fives(rate, k):  # a label moves within its group of five classes
+        return (1 - rate) * np.eye(k) + rate * np.kron(np.eye(k // 5), np.roll(np.eye(5), 1, axis=1))
+    monkeypatch.setitem(noise.NOISE, "fives", noise.NoiseKind("within-five", in_fives, min_classes=5))
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        (train.main if entry == "train.py" else batched.main)(ONE_EPOCH + ["--noise", "fives", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].endswith(
+        "error: --noise fives --rate 0.4 on synthetic (4 classes): fives noise needs at least 5 classes, got 4; choose "
+        "another --noise"), err
+    assert not out.exists()
+
+
 KMNIST = datasets.Dataset(datasets.DATASETS["mnist"].read, "KMNIST", "mlp", tv.KMNIST, (0.1918,) * 3, (0.3483,) * 3,
                           flip=False, form=download.gz_files)
 

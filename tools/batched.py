@@ -42,7 +42,6 @@ import models
 from label_correction import confidence_from_sum
 from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
                     step_sums, sum_names)
-from noise import add_noise
 from training import build, graph, rundir, runfiles
 from training.batches import Batches
 from training.config import get_args, knobs_for, method_of, pick_device, resolve, run_name
@@ -131,9 +130,9 @@ class Runs:
                    a.seed if a.subset_seed is None or a.dataset == "synthetic" else a.subset_seed)
             if key not in cache:  # the same training set and tests: loaded once
                 cache[key] = build.load_data(a)
-            d, train_set, tests, _ = cache[key]
+            d, train_set, tests, keep = cache[key]
             build.check_train_size(len(train_set.labels), 1)  # as train.py: DataError before anything is written
-            noisy = add_noise(train_set.labels, a.noise, a.rate, d.num_classes, seed=a.seed)
+            noisy = build.given_labels(a, d, train_set, keep)
             built = build.build_models(a, d.num_classes, train_set, setup)
             nets.append(built.nets)
             self.models.append(built)  # its optimisers step nothing: they carry the lr schedule

@@ -3,6 +3,7 @@
 setup_distributed -- rank, world size and local rank under torchrun
 Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
 load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
+given_labels -- the labels a run trains on: CIFAR-N's human ones, or noise.add_noise's; a refusal in one line
 check_train_size -- enough training samples for a batch on every process, checked before anything is written
 batch_args   -- Batches' settings for the training set
 eval_batches -- one Batches per test set
@@ -18,7 +19,9 @@ import torch
 import torch.distributed as dist
 
 import models
+from noise import add_noise
 from training import datasets, images, rundir
+from training.cifar_n import human_labels
 from training.batches import Batches, Placement, Spec
 from training.config import pick_device
 from training.errors import UserError
@@ -55,6 +58,20 @@ def load_data(args):
         tests["val"] = images.take(d.train, np.sort(perm[:n_val]))
         keep = np.sort(perm[n_val:])
     return d, images.take(d.train, keep), tests, keep
+
+
+def given_labels(args, d, train, keep):
+    """The labels of the training set a run trains on, drawn here alone for train.py and tools.batched: with
+    --noise human CIFAR-N's label of each kept image (keep: load_data's), else noise.add_noise's with the run's
+    seed. A kind noise.py cannot draw here (too few classes for it) is one line, a UserError."""
+    if args.noise == "human":  # CIFAR-N: one human label per training image, in its order
+        return human_labels(args.noise_file, datasets.DATASETS[args.dataset].human, args.noise_key, d.train.labels,
+                            d.num_classes)[keep]
+    try:
+        return add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
+    except ValueError as e:
+        raise UserError(f"--noise {args.noise} --rate {args.rate:g} on {args.dataset} ({d.num_classes} classes): {e}; "
+                        "choose another --noise") from None
 
 
 def check_train_size(n, world):
