@@ -1,8 +1,8 @@
 """The cuda marker: tests that need a CUDA device carry @pytest.mark.cuda and are skipped, with the reason,
-where torch sees none. `python -m pytest -m cuda` runs just them (tools/gpu_check.sh on a GPU machine).
+where torch sees none. `python -m pytest -m cuda` runs just them (studies/gpu_check.sh on a GPU machine).
 published_md5s: torchvision's published md5 sums, put back after every test that stood tiny files in for them.
 pytest_runtest_call: a Ctrl-C (SIGINT) that train.py or a tool turned into SystemExit(130) inside a test stops the
-whole run, as a Ctrl-C anywhere else does, so that --junitxml is still written: tools/gpu_check.sh stops
+whole run, as a Ctrl-C anywhere else does, so that --junitxml is still written: studies/gpu_check.sh stops
 `pytest -m cuda` with SIGINT at its time limit and reads the XML."""
 import pytest
 import torch

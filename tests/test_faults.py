@@ -638,12 +638,13 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
 
 
 @pytest.mark.parametrize("tool", ["sweep", "plot", "perf", "perf cost", "perf suite", "perf profile", "perf batched",
-                                  "fmnist", "batched", "outbox snapshot", "outbox check", "cmdloss"])
+                                  "studies.fmnist", "batched", "studies.outbox snapshot", "studies.outbox check",
+                                  "cmdloss"])
 def test_every_tool_refuses_an_unknown_flag_in_one_line(tool, capsys, tmp_path):
-    """python -m tools.NAME [PART] --no-such-flag: one line naming the flag and where the help is, exit 2, nothing
-    written (argparse's own error would print the usage as well)."""
+    """python -m tools.NAME [PART] --no-such-flag (and studies.NAME): one line naming the flag and where the help
+    is, exit 2, nothing written (argparse's own error would print the usage as well)."""
     name, *part = tool.split()
-    main = importlib.import_module(f"tools.{name}").main
+    main = importlib.import_module(name if "." in name else f"tools.{name}").main
     with pytest.raises(SystemExit) as e:
         main(part + ["--no-such-flag", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err

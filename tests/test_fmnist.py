@@ -1,4 +1,4 @@
-"""tools/fmnist.py, the Fashion-MNIST pipeline and its two studies. The demo on fake finished runs: the choice is
+"""studies/fmnist.py, the Fashion-MNIST pipeline and its two studies. The demo on fake finished runs: the choice is
 the best mean validation accuracy of the declared grid, CE CMD-P takes MyLC CMD-P's eta and b, the report reads
 choice.json and pairs seeds, the preconditions are computed as stated. The attribution: the edge and tie rules on
 fake scores, then every stage end to end on tiny Fashion-MNIST files in their real format (real train.py runs),
@@ -14,8 +14,9 @@ import pytest
 from test_faults import readme_and_docs, shown_commands
 from test_mnist import write_idx
 
-from tools import fmnist, stats
-from tools.fmnist import ATTRIBUTION, DEMO, KNOBS, SELECTED, Setting
+from studies import fmnist
+from tools import stats
+from studies.fmnist import ATTRIBUTION, DEMO, KNOBS, SELECTED, Setting
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUNED = SELECTED[:-1]  # the demo's rows with a declared grid; CE CMD-P follows MyLC CMD-P
@@ -422,13 +423,13 @@ def test_the_demos_regime_runs_train_py_and_says_whether_the_preconditions_hold(
     (["attribution", "report", "--rows", "cmdp,nope"], "--rows: unknown nope"),
     (["attribution", "select", "--rate", "0.6", "--published-choice"], "--published-choice goes with attribution"),
     (["attribution", "report", "--jobs", "0"], "--jobs must be at least 1"),
-    (["attribution", "regime"], "attribution has the stages select, report, all, pack, tables, not regime"),
+    (["attribution", "regime"], "attribution has the stages select, report, all, pack, tables, agreement, not regime"),
     (["demo", "tables"], "demo has the stages regime, select, compare, report, not tables"),
     (["demo", "select", "--rate", "0.6"], "--rate 0.6: the declared grids are for 0.4"),
     (["demo", "report"], "choice.json not found"),
     (["demo", "select", "--noise", "pair"], "--noise pair: only the recipe declares pair-flip noise"),
     (["recipe", "select"], "recipe has the stages wave, pack, report, not select"),
-    (["recipe", "wave", "--rate", "0.6"], "the recipe is declared in tools/recipe.py"),
+    (["recipe", "wave", "--rate", "0.6"], "the recipe is declared in studies/recipe.py"),
     (["recipe", "report", "--noise", "pair"], "--noise is the wave's"),
     (["attribution", "select", "--mps"], "--mps: the recipe's flags"),
     (["recipe", "pack"], "recipe pack takes a wave's folder"),
@@ -442,7 +443,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, messag
 
 
 def test_every_fmnist_command_shown_in_the_docs_is_accepted(tmp_path, capsys):
-    shown = [c for text in readme_and_docs().values() for c in shown_commands(text, "-m tools.fmnist")]
+    shown = [c for text in readme_and_docs().values() for c in shown_commands(text, "-m studies.fmnist")]
     assert any("--rate 0.6" in c for c in shown) and any("--published-choice" in c for c in shown)
     assert any(" demo report " in c for c in shown)
     fm = tmp_path / "fm"  # the demo's compare and report read choice.json: the published one
@@ -459,3 +460,8 @@ def test_every_fmnist_command_shown_in_the_docs_is_accepted(tmp_path, capsys):
         out = str(fm) if argv[0] == "demo" else "/nonexistent/never"
         assert fmnist.main(argv[:cut] + ["--dry-run", "--out", out] + argv[cut:]) == 0, line
     capsys.readouterr()
+
+
+def test_the_perf_part_of_many_runs_trains_the_demonstrations_regime():
+    from tools import perf  # torch's import: only this test needs the perf tool
+    assert perf.REGIME == fmnist.BASE  # written twice, so that no tool imports a study

@@ -1,4 +1,4 @@
-"""tools/gpu_check.sh and tools/outbox.py: the one command a lent GPU machine runs comes back whole. The whole
+"""studies/gpu_check.sh and studies/outbox.py: the one command a lent GPU machine runs comes back whole. The whole
 command at toy size on the CPU, its $OUT within the machine's return rules after every stage and its wave packed
 from exactly what would come back; a run whose --graph capture dies before its first epoch trains again eager;
 a Ctrl-C that train.py turns into exit 130 inside a test stops pytest with its JUnit XML written; the graph is
@@ -18,7 +18,8 @@ from xml.etree import ElementTree
 import pytest
 from test_mnist import write_idx
 
-from tools import fmnist, outbox, perf, recipe
+from studies import fmnist, outbox, recipe
+from tools import perf
 from training import graph
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +35,7 @@ def test_the_whole_gpu_command_at_toy_size_comes_back_within_the_rules_and_packs
                FMNIST=str(tmp_path / "data"), WAVE_ARGS="--size toy --device cpu --mps", COMMIT="c0ffee",
                PERF_ARGS="--small --budget 60 --skip torchrun,step,throughput,graph,epochs,batched,graph_compile,compile,"
                          "epochs_compile,compile_modes")
-    res = subprocess.run(["bash", "tools/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600,
+    res = subprocess.run(["bash", "studies/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600,
                          cwd=HERE)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     log = (out / "gpu_check.log").read_text()
@@ -207,7 +208,7 @@ def test_the_wave_alone_at_toy_size_gets_the_whole_limit_and_packs(tmp_path):
     env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), PYTHON=sys.executable, PATH="/usr/bin:/bin",
                FMNIST=str(tmp_path / "data"), WAVE_ARGS="--size toy --device cpu", WAVE_ONLY="1", GPU_DOCS=str(docs),
                LIMIT="400")
-    res = subprocess.run(["bash", "tools/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600,
+    res = subprocess.run(["bash", "studies/gpu_check.sh"], env=env, capture_output=True, text=True, timeout=600,
                          cwd=HERE)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     log = (out / "gpu_check.log").read_text()
@@ -275,7 +276,7 @@ def test_the_archive_is_whole_at_every_moment_and_leaves_out_what_never_comes_ba
     # a snapshot killed while it writes leaves the last archive as it was
     before = (out / outbox.ARCHIVE).read_bytes()
     (work / "more.txt").write_text("y" * 10 ** 6)
-    p = subprocess.Popen([sys.executable, "-m", "tools.outbox", "snapshot", str(work), str(out), "--every", "0.01"],
+    p = subprocess.Popen([sys.executable, "-m", "studies.outbox", "snapshot", str(work), str(out), "--every", "0.01"],
                          cwd=HERE)
     time.sleep(1.5)
     p.send_signal(signal.SIGTERM)  # waits for a snapshot under way
@@ -283,7 +284,7 @@ def test_the_archive_is_whole_at_every_moment_and_leaves_out_what_never_comes_ba
     with tarfile.open(out / outbox.ARCHIVE) as tar:
         assert "more.txt" in tar.getnames()
     assert [f for f in os.listdir(out) if f != outbox.ARCHIVE] == [] and before != (out / outbox.ARCHIVE).read_bytes()
-    p = subprocess.Popen([sys.executable, "-m", "tools.outbox", "snapshot", str(work), str(out), "--every", "0.01"],
+    p = subprocess.Popen([sys.executable, "-m", "studies.outbox", "snapshot", str(work), str(out), "--every", "0.01"],
                          cwd=HERE)
     time.sleep(1.5)
     p.kill()  # SIGKILL, at whatever moment: at most a part file beside a whole archive

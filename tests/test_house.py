@@ -120,21 +120,24 @@ def imports(path):
 def test_the_papers_files_import_no_machinery():
     for name in PAPER:
         got = imports(os.path.join(HERE, f"{name}.py"))
-        assert not got & {"training", "tools", "train", "evaluate"}, (name, got)
+        assert not got & {"training", "tools", "studies", "train", "evaluate"}, (name, got)
         assert not got & {"datasets", "config", "rundir", "safe_pickle", "sweep", "bench"}, (name, got)
 
 
-def test_training_never_imports_tools_or_the_entry_points():
+def test_imports_run_one_way_the_paper_training_tools_then_the_projects_studies():
     for path in glob.glob(os.path.join(HERE, "training", "*.py")):
-        assert not imports(path) & {"tools", "train", "evaluate"}, path
+        assert not imports(path) & {"tools", "studies", "train", "evaluate"}, path
     for path in glob.glob(os.path.join(HERE, "tools", "*.py")):
-        assert not imports(path) & {"train", "evaluate"}, path  # tools run train.py as a program
+        assert not imports(path) & {"studies", "train", "evaluate"}, path  # tools run train.py as a program
+    for path in glob.glob(os.path.join(HERE, "studies", "*.py")):
+        assert not imports(path) & {"train", "evaluate"}, path
 
 
 def test_no_import_cycle_among_the_projects_modules():
     files = {f"{os.path.basename(os.path.dirname(p))}.{os.path.basename(p)[:-3]}" if os.path.dirname(p) != HERE
              else os.path.basename(p)[:-3]: p
-             for p in glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "t*", "*.py"))
+             for p in glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "t*", "*.py")) +
+             glob.glob(os.path.join(HERE, "studies", "*.py"))
              if "/tests/" not in p and not p.endswith("test_cmd.py")}
     edges = {}
     for mod, path in files.items():
@@ -211,13 +214,13 @@ def test_the_papers_pair_reads_on_one_screen_without_cohorts_or_controls():
 def test_the_root_holds_the_paper_and_the_entry_points():
     py = sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py"))
     assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines"}, py
-    for folder in ("training", "tools", "tests"):
+    for folder in ("training", "tools", "studies", "tests"):
         assert os.path.isfile(os.path.join(HERE, folder, "__init__.py")) or folder == "tests"
 
 
 def test_every_import_inside_a_function_says_why():
     paths = glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "training", "*.py")) + \
-        glob.glob(os.path.join(HERE, "tools", "*.py"))
+        glob.glob(os.path.join(HERE, "tools", "*.py")) + glob.glob(os.path.join(HERE, "studies", "*.py"))
     for path in paths:
         lines = open(path).read().splitlines()
         for node in ast.walk(ast.parse("\n".join(lines))):
@@ -324,7 +327,8 @@ def test_every_entry_point_reports_bad_input_and_ctrl_c_through_the_one_handler(
     one_line, and no main but train.py's (whose Ctrl-C in training says where it stopped and how to resume)
     catches KeyboardInterrupt itself. tests/identity.py, a check of two checkouts that imports nothing of ours,
     aside."""
-    paths = glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "tools", "*.py"))
+    paths = glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "tools", "*.py")) + \
+        glob.glob(os.path.join(HERE, "studies", "*.py"))
     mains = 0
     for path in paths:
         tree = ast.parse(open(path).read())

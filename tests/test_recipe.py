@@ -1,4 +1,4 @@
-"""tools/recipe.py: the paper's recipe wave by wave. The declaration's commands (each flag once, the appendix's SGD
+"""studies/recipe.py: the paper's recipe wave by wave. The declaration's commands (each flag once, the appendix's SGD
 for every row, the next unrun seeds, pair-flip after three symmetric seeds); a wave stopped by SIGTERM keeps its
 finished runs and packs the others as cut short (real train.py runs on tiny Fashion-MNIST files in their real
 format); the report's preconditions and its gated answer computed from the runs' own numbers. The GPU command
@@ -15,7 +15,7 @@ import time
 import pytest
 from test_mnist import write_idx
 
-from tools import fmnist, recipe
+from studies import fmnist, recipe
 from tools.stats import interval
 from training import config
 
@@ -70,7 +70,7 @@ def test_each_wave_takes_the_lowest_unfinished_seeds_and_pair_noise_after_three_
 def test_a_wave_stopped_by_sigterm_keeps_its_finished_runs_and_packs_the_rest_as_cut_short(tmp_path, capsys):
     write_idx(tmp_path / "data", n_train=300, n_test=60)
     wave_dir = tmp_path / "wave"
-    p = subprocess.Popen([sys.executable, "-m", "tools.fmnist", "recipe", "wave", "--size", "toy", "--device", "cpu",
+    p = subprocess.Popen([sys.executable, "-m", "studies.fmnist", "recipe", "wave", "--size", "toy", "--device", "cpu",
                           "--jobs", "1", "--out", str(wave_dir), "--data-dir", str(tmp_path / "data"), "--from",
                           str(tmp_path / "none.jsonl.gz")], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)

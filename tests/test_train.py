@@ -204,7 +204,7 @@ def test_existing_run_is_refused_and_kept(tmp_path, capsys):
 
 def test_a_run_directory_is_in_one_state_the_tools_and_train_py_share(tmp_path):
     """runfiles.state, the one answer to "what state is this run in": NEW until a run's first file, STARTED while
-    it runs or once stopped, DIVERGED with diverged.json (tools.batched, tools.fmnist), FINISHED with summary.json,
+    it runs or once stopped, DIVERGED with diverged.json (tools.batched, studies.fmnist), FINISHED with summary.json,
     which train.py writes last; and train.py --resume of a FINISHED run has nothing to do."""
     out = str(tmp_path / "r")
     assert runfiles.state(out) == runfiles.NEW

@@ -21,7 +21,7 @@ numbers agree to rounding, not to the bit; docs/performance.md gives the contrac
 
 group     -- the runs that can train together: equal in every flag but those above (and --out)
 train     -- train one group: data, runs, the epochs; writes each run's files
-run_jobs  -- tools.sweep's job lists ({name, dir, key, argv}) trained in groups, for tools.fmnist's
+run_jobs  -- tools.sweep's job lists ({name, dir, key, argv}) trained in groups, for studies.fmnist's
              studies; returns {name: error} as tools.sweep.run_jobs does
 """
 import argparse
@@ -322,7 +322,7 @@ def run_jobs(todo, device="auto", log=print):
 
 
 def run_grid(todo, jobs, device, batched=None):
-    """tools.fmnist's runner: these runs through this engine if batched (None: where the
+    """studies.fmnist's runner: these runs through this engine if batched (None: where the
     device is a GPU), else one train.py process per run, `jobs` at a time (tools.sweep.run_jobs). Returns
     {name: error}; BadInput if a job cannot be batched."""
     if batched is None:
@@ -333,7 +333,7 @@ def run_grid(todo, jobs, device, batched=None):
 
 
 def batched_flag(p):
-    """--batched / --no-batched for tools.fmnist."""
+    """--batched / --no-batched for studies.fmnist."""
     p.add_argument("--batched", action=argparse.BooleanOptionalAction, default=None,
                    help="train the runs in one process with tools.batched (default: on a GPU; one train.py process "
                         "per run, --jobs at a time, on the CPU)")

@@ -31,11 +31,10 @@ suite -- everything a GPU can tell about the main command, PARTS in this order; 
 profile -- the step's median time with cuDNN's autotuner off and on, then the operators that take the most
         device time (CPU time without CUDA), and the host's time against the device's: a step whose device
         time is well under its wall time waits on the host (Python, kernel launches)
-batched -- R of the Fashion-MNIST demonstration's runs (tools/fmnist.py: BASE, two MLPs on 7,200 images, 720
+batched -- R of the Fashion-MNIST demonstration's runs (REGIME, studies/fmnist.py's BASE: two MLPs on 7,200 images, 720
         for validation, 10,000 for test), differing in lr and seed, trained by tools.batched in one process
         against the same runs as train.py processes (tools.sweep.run_jobs), each timed from the command to the
-        last summary.json; FLOPs counted from the model's shapes (FORWARD); --agreement: batched runs against
-        train.py's over 80 epochs
+        last summary.json; FLOPs counted from the model's shapes (FORWARD)
 
 Shared by the parts: Setup (what a timing runs on), Pair (models, optimisers and one batch, with train.py's
 step and plain cross-entropy steps), timed and step_timing, about (what every figure is quoted with).
@@ -63,8 +62,7 @@ from appendix_code import paper_cmd_loss
 from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step
-from tools import batched, fmnist, sweep
-from tools.stats import fmt, interval, mean_std
+from tools import batched, sweep
 from training import config, datasets
 from training.batches import Batches, Placement, Spec
 from training.errors import Parser, UserError, one_line
@@ -488,6 +486,12 @@ def flops(runs, epochs, train=TRAIN, evaluated=EVAL):
     return runs * epochs * 2 * FORWARD * (3 * train + evaluated)
 
 
+# The Fashion-MNIST demonstration's regime (studies/fmnist.py's BASE; a test holds them equal): tools import no study.
+REGIME = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
+          "--weight-decay", "0", "--epochs", "80", "--milestones", "40,60", "--batch-size", "128", "--noise", "sym",
+          "--rate", "0.4"]
+
+
 def jobs(out, runs, epochs, data_dir, device, data=None, extra=()):
     """R of the demonstration's runs (CMD-P, MyLC), lrs 0.025..0.1 and seeds 0, 1, ..., for `epochs` epochs.
     data: the data's flags (default: Fashion-MNIST in data_dir); extra: flags after the demonstration's."""
@@ -496,7 +500,7 @@ def jobs(out, runs, epochs, data_dir, device, data=None, extra=()):
     todo = []
     for i in range(runs):
         lr, seed = lrs[i % len(lrs)], i // len(lrs)
-        key = (data + fmnist.BASE +
+        key = (data + REGIME +
                ["--mode", "progressive", "--lc", "mylc", "--lr", f"{lr:g}", "--seed", str(seed), "--epochs",
                 str(epochs), "--milestones", str(epochs), "--device", device, "--workers", "0", "--amp", "off",
                 *extra])
@@ -513,30 +517,6 @@ def wall_seconds(train, todo, **kwargs):
     if failed:
         raise UserError(f"runs failed: {failed}")
     return time.perf_counter() - t0
-
-
-def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
-    """Lines of a markdown table: the attribution report's rows (tools/fmnist.py, at the 40% published
-    choices) trained by tools.batched into OUT against the same runs trained by train.py (the raw data, pack):
-    final test accuracy over seeds, the paired difference with its 95% t-interval, the largest per-seed gap,
-    and epoch 1's training loss (mean of A and B) as the one-step contract sees it."""
-    mine, theirs = fmnist.load_dir(fmnist.ATTRIBUTION.folder(out, rate)), fmnist.read_raw(pack, rate)
-    lines = ["| row | train.py | tools.batched | batched − train.py (95% t) | largest per-seed gap | epoch 1 loss, "
-             "largest relative gap |", "|---|---|---|---|---|---|"]
-    for row in rows:
-        names = sorted(n for n in mine if n.startswith(f"report/{row}-") and n in theirs)
-        if not names:
-            continue
-        a = [theirs[n]["rows"][-1]["test_acc_mean"] for n in names]
-        b = [mine[n]["rows"][-1]["test_acc_mean"] for n in names]
-        m, ci = interval([y - x for x, y in zip(a, b)])
-        loss = [(mine[n]["rows"][0][f"train_loss_{k}"], theirs[n]["rows"][0][f"train_loss_{k}"]) for n in names
-                for k in "ab"]
-        lines.append(f"| {fmnist.ATTRIBUTION.rows[row][0]} ({names[0].split('-')[1]}, n={len(names)}) | "
-                     f"{fmt(*mean_std(a)[:2])} | {fmt(*mean_std(b)[:2])} | {m:+.2f}" +
-                     ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") +
-                     f" | {max(abs(y - x) for x, y in zip(a, b)):.2f} | {max(abs(u / v - 1) for u, v in loss):.1e} |")
-    return lines
 
 
 def batched_against_processes(args, device, argv):
@@ -1029,10 +1009,6 @@ def parse(argv):
     b.add_argument("--jobs", type=int, default=2, help="train.py processes at a time for the comparison")
     b.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="the four Fashion-MNIST IDX files")
     b.add_argument("--skip-processes", action="store_true", help="time only the batched runs")
-    b.add_argument("--agreement", metavar="OUT", help="instead: the table of agreement of the runs tools.batched "
-                   "trained into OUT (python -m tools.fmnist attribution report --rate 0.4 --published-choice --rows "
-                   "zero,cmdp --batched --out OUT) with train.py's runs in --pack")
-    b.add_argument("--pack", default="docs/fmnist/runs.jsonl.gz", help="train.py's runs, for --agreement")
     args = p.parse_args(argv)
     check_json(p, args.json)
     if args.part in ("cost", "profile"):
@@ -1068,9 +1044,6 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv)
     device = config.pick_device(args.device)  # and cuDNN's autotuner on CUDA, as train.py runs
-    if args.part == "batched" and args.agreement:
-        print("\n".join(agreement(args.agreement, args.pack)))
-        return {}
     res = dict(cost=cost, suite=suite, profile=profile, batched=batched_against_processes)[args.part](args, device, argv)
     write_json(args.json, dict(res, reasons=res.reasons) if isinstance(res, Results) else res)
     return res

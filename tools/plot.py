@@ -49,7 +49,7 @@ from schedule import chi
 from training import runfiles
 from training.errors import Parser, UserError, one_line
 
-# ---------------------------------------------------------------- what every figure shares (tools.fmnist's too)
+# ---------------------------------------------------------------- what every figure shares (studies.fmnist's too)
 FIGSIZE, DPI = (6, 4), 120  # readable at README width
 
 MINUS = "\u2212"  # a real minus sign, not a hyphen

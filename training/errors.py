@@ -1,4 +1,5 @@
-"""How every entry point ends on bad input or Ctrl-C: train.py, evaluate.py and each python -m tools.NAME.
+"""How every entry point ends on bad input or Ctrl-C: train.py, evaluate.py and each python -m tools.NAME (and
+studies.NAME).
 
 UserError -- bad input (a flag, the data, a run directory); str(error) is one line that says what to do.
              Every refusal raises one: config.resolve's, images.DataError, rundir.RunError, each tool's own.
@@ -74,7 +75,8 @@ class Parser(argparse.ArgumentParser):
         self.command = command
 
     def error(self, message):
-        script = os.path.abspath(sys.argv[0])  # python -m tools.NAME runs tools/NAME.py
-        tool = os.path.basename(os.path.dirname(script)) == "tools"
-        command = self.command or (f"python -m tools.{os.path.basename(script)[:-3]}" if tool else self.prog)
+        script = os.path.abspath(sys.argv[0])  # python -m tools.NAME runs tools/NAME.py (studies.NAME alike)
+        folder = os.path.basename(os.path.dirname(script))
+        command = self.command or (f"python -m {folder}.{os.path.basename(script)[:-3]}"
+                                   if folder in ("tools", "studies") else self.prog)
         raise UserError(f"{message} (see {command} --help)")

@@ -40,7 +40,7 @@ RECOMPILE_LIMIT = 64
 # is what the main command runs. --graph capture asks for it now.
 CAPTURE_BY_DEFAULT = False
 # The sources of the step: a CUDA test's verdict or a perf figure (tools.perf records step_id in its JSON) stands
-# for the step whose sources hash the same, and a lease runs them again where they changed (tools/recipe.evidence).
+# for the step whose sources hash the same, and a lease runs them again where they changed (studies/recipe.py: evidence).
 STEP_FILES = ("mutual.py", "losses.py", "label_correction.py", "schedule.py", "models.py", "training/graph.py",
               "training/batches.py")
 

@@ -3,7 +3,7 @@ tools/batched.py writes them too). No torch here: the tools that only read runs 
 without it.
 
 state               -- the one answer to "what state is this run in": FINISHED, DIVERGED, STARTED or NEW
-                       (train.py, tools.batched, tools.sweep, tools.slurm, tools.fmnist and tools.plot ask it)
+                       (train.py, tools.batched, tools.sweep, tools.slurm, studies.fmnist and tools.plot ask it)
 append_metrics      -- one JSON line per epoch into metrics.jsonl
 lines_of            -- the non-empty lines of a run file (none when it is missing)
 trim_metrics        -- drop metric lines written after the checkpoint (on resume, and after a failed write)
@@ -34,7 +34,7 @@ FINISHED, DIVERGED, STARTED, NEW = "finished", "diverged", "started", "new"
 def state(out):
     """What the run directory out holds:
     FINISHED -- summary.json, which train.py and tools.batched write last: nothing left to do
-    DIVERGED -- diverged.json: its loss turned NaN or inf (tools.batched, tools.fmnist); its epochs are kept
+    DIVERGED -- diverged.json: its loss turned NaN or inf (tools.batched, studies.fmnist); its epochs are kept
     STARTED  -- a run's files without either: running, or stopped (train.py --resume continues it)
     NEW      -- none of them: a run may start there"""
     def has(name):

@@ -7,26 +7,27 @@ attribution -- does the confident selection matter? CMD-P beside the same count 
                knowledge, zero knowledge, a step-size control, CMD-P without the extra weight and Co-teaching, per
                noise rate, each row's lr by an edge and a tie rule (docs/fmnist/attribution/)
 recipe      -- Table 1's shape in the paper's own recipe: a ResNet18 pair at the appendix's SGD, the same for every
-               row, wave by wave on a lent GPU (tools/recipe.py: its declaration, waves, raw data and report)
+               row, wave by wave on a lent GPU (studies/recipe.py: its declaration, waves, raw data and report)
 
-    python -m tools.fmnist demo regime --out sweeps/fmnist    # zero knowledge alone: do the preconditions hold?
-    python -m tools.fmnist demo select --out sweeps/fmnist    # every row's lr (and CMD's eta, b) on the val split
-    python -m tools.fmnist demo compare --out sweeps/fmnist   # Co-teaching(+), JoCoR, GCE chosen the same way
-    python -m tools.fmnist demo report --out sweeps/fmnist    # the rows at their choices, 5 seeds, the table
-    python -m tools.fmnist attribution all --rate 0.6 -- --device cuda --amp off   # select, then report, one GPU
-    python -m tools.fmnist attribution all --rate 0.5 --rows zero,clean --batched  # a new rate's preconditions
-    python -m tools.fmnist attribution report --rate 0.4 --published-choice        # 40% at the committed choices
-    python -m tools.fmnist attribution pack --out sweeps/fmnist   # every run's numbers into docs/fmnist/runs.jsonl.gz
-    python -m tools.fmnist attribution tables --rate 0.4 --out docs/fmnist   # the tables again from those alone
-    python -m tools.fmnist recipe wave --dry-run              # the recipe's next wave: five train.py commands
-    python -m tools.fmnist recipe pack gpu-check              # a wave's $OUT into docs/fmnist/recipe/runs.jsonl.gz
-    python -m tools.fmnist recipe report                      # docs/fmnist/recipe/report.md from the raw data
-    python -m tools.fmnist demo select --dry-run              # a stage's train.py commands, to run one by hand
+    python -m studies.fmnist demo regime --out sweeps/fmnist    # zero knowledge alone: do the preconditions hold?
+    python -m studies.fmnist demo select --out sweeps/fmnist    # every row's lr (and CMD's eta, b) on the val split
+    python -m studies.fmnist demo compare --out sweeps/fmnist   # Co-teaching(+), JoCoR, GCE chosen the same way
+    python -m studies.fmnist demo report --out sweeps/fmnist    # the rows at their choices, 5 seeds, the table
+    python -m studies.fmnist attribution all --rate 0.6 -- --device cuda --amp off   # select, then report, one GPU
+    python -m studies.fmnist attribution all --rate 0.5 --rows zero,clean --batched  # a new rate's preconditions
+    python -m studies.fmnist attribution report --rate 0.4 --published-choice        # 40% at the committed choices
+    python -m studies.fmnist attribution pack --out sweeps/fmnist   # every run's numbers into docs/fmnist/runs.jsonl.gz
+    python -m studies.fmnist attribution tables --rate 0.4 --out docs/fmnist   # the tables again from those alone
+    python -m studies.fmnist attribution agreement --out OUT   # OUT's report --batched runs against train.py's
+    python -m studies.fmnist recipe wave --dry-run              # the recipe's next wave: five train.py commands
+    python -m studies.fmnist recipe pack gpu-check              # a wave's $OUT into docs/fmnist/recipe/runs.jsonl.gz
+    python -m studies.fmnist recipe report                      # docs/fmnist/recipe/report.md from the raw data
+    python -m studies.fmnist demo select --dry-run              # a stage's train.py commands, to run one by hand
 
 The demo's and the attribution's data: a fixed 8,000 of Fashion-MNIST's 60,000 training images (--subset-seed 0),
 of which a clean 10% is the validation split; the full 10,000 test images; the mlp; no augmentation; no weight
 decay; 80 epochs, lr / 10 at 40 and 60 (BASE; docs/fmnist-regime.md). The recipe has its own declaration, waves
-and report: tools/recipe.py. Each stage is a grid of train.py runs (finished runs are skipped; with
+and report: studies/recipe.py. Each stage is a grid of train.py runs (finished runs are skipped; with
 --batched, or on a GPU, they train in one process, tools.batched; else one train.py process per run).
 
 SELECTION: each row's setting is the one of best mean final-epoch accuracy on the clean validation split over the
@@ -54,9 +55,10 @@ import sys
 import time
 from typing import NamedTuple
 
-from tools import batched, recipe
-from tools.recipe import RAW
-from tools.stats import fmt, mean_std, paired
+from studies import recipe
+from studies.recipe import RAW
+from tools import batched
+from tools.stats import fmt, interval, mean_std, paired
 from tools.sweep import diagnostics, early_stopped, print_commands
 from training import config, runfiles
 from training.errors import Parser, UserError, one_line
@@ -194,7 +196,8 @@ ATTRIBUTION = Study("attribution", rows={
 PUBLISHED = {"zero": "mylc-zero", "all": "mylc-all", "cmdp": "mylc-cmdp"}  # the demo's rows the attribution extends
 
 STUDIES = {"demo": DEMO, "attribution": ATTRIBUTION}
-STAGES = {"demo": ("regime", "select", "compare", "report"), "attribution": ("select", "report", "all", "pack", "tables"),
+STAGES = {"demo": ("regime", "select", "compare", "report"),
+          "attribution": ("select", "report", "all", "pack", "tables", "agreement"),
           "recipe": ("wave", "pack", "report")}
 
 
@@ -642,7 +645,7 @@ def attribution_texts(runs, rate, choice, footer, published_choices=False):
     pct, known = f"{100 * rate:g}%", " The report takes the committed choices for zero, all, CMD-P and shuffled."
     texts = {"select.md": [
         f"# Selection at {pct} symmetric noise, on the clean 10% validation split", "", "Each row's choice: the "
-        "best mean final-epoch validation accuracy over the selection seeds; the edge rule (tools/fmnist.py)"
+        "best mean final-epoch validation accuracy over the selection seeds; the edge rule (studies/fmnist.py)"
         " extends a grid whose best is on its edge, and the tie rule keeps the lr nearer 0.05 when the best two are"
         " within one standard error of their paired difference." + (known if published_choices else ""), ""] +
         select_table(runs, rate, choice) + ["", footer]}
@@ -662,6 +665,29 @@ def attribution_texts(runs, rate, choice, footer, published_choices=False):
             "", "Preconditions on zero knowledge at its chosen lr: " + PRECONDITIONS + "."] + lines + [
             f"All hold: {({True: 'yes', False: 'no'}).get(ok, 'not known')}.", "", footer]
     return texts
+
+
+def agreement(out, pack, rate=0.4, rows=("zero", "cmdp")):
+    """Lines of a markdown table: the attribution report's rows (at the 40% published choices) trained by tools.batched into OUT against the same runs trained by train.py (the raw data, pack):
+    final test accuracy over seeds, the paired difference with its 95% t-interval, the largest per-seed gap,
+    and epoch 1's training loss (mean of A and B) as the one-step contract sees it."""
+    mine, theirs = load_dir(ATTRIBUTION.folder(out, rate)), read_raw(pack, rate)
+    lines = ["| row | train.py | tools.batched | batched − train.py (95% t) | largest per-seed gap | epoch 1 loss, "
+             "largest relative gap |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        names = sorted(n for n in mine if n.startswith(f"report/{row}-") and n in theirs)
+        if not names:
+            continue
+        a = [theirs[n]["rows"][-1]["test_acc_mean"] for n in names]
+        b = [mine[n]["rows"][-1]["test_acc_mean"] for n in names]
+        m, ci = interval([y - x for x, y in zip(a, b)])
+        loss = [(mine[n]["rows"][0][f"train_loss_{k}"], theirs[n]["rows"][0][f"train_loss_{k}"]) for n in names
+                for k in "ab"]
+        lines.append(f"| {ATTRIBUTION.rows[row][0]} ({names[0].split('-')[1]}, n={len(names)}) | "
+                     f"{fmt(*mean_std(a)[:2])} | {fmt(*mean_std(b)[:2])} | {m:+.2f}" +
+                     ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") +
+                     f" | {max(abs(y - x) for x, y in zip(a, b)):.2f} | {max(abs(u / v - 1) for u, v in loss):.1e} |")
+    return lines
 
 
 # ---------------------------------------------------------------- the stages
@@ -838,7 +864,7 @@ def parse(argv):
     if args.stage not in STAGES[args.study]:
         p.error(f"{args.study} has the stages {', '.join(STAGES[args.study])}, not {args.stage}")
     if (args.dir is not None) != (args.study == "recipe" and args.stage == "pack"):
-        p.error("recipe pack takes a wave's folder: python -m tools.fmnist recipe pack DIR" if args.dir is None else
+        p.error("recipe pack takes a wave's folder: python -m studies.fmnist recipe pack DIR" if args.dir is None else
                 f"{args.dir}: only recipe pack takes a folder")
     recipe = args.study == "recipe"
     given = [f for f, v in (("--size", args.size != "gpu"), ("--budget", args.budget), ("--mps", args.mps),
@@ -852,7 +878,7 @@ def parse(argv):
     args.pack = args.pack or (RAW if recipe else "docs/fmnist/runs.jsonl.gz")
     if recipe and (args.rate != 0.4 or args.noise != "auto" and args.stage != "wave" or rows or args.published_choice
                    or "--" in argv):
-        p.error("the recipe is declared in tools/recipe.py: 40% noise, its rows, no flags after --; --noise is the "
+        p.error("the recipe is declared in studies/recipe.py: 40% noise, its rows, no flags after --; --noise is the "
                 "wave's")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         p.error(f"--out {args.out} is a file; give a directory")
@@ -880,7 +906,7 @@ def parse(argv):
         p.error(f"--out {args.out} is a file; give a directory")
     choice_path = os.path.join(args.out, "choice.json")
     if args.study == "demo" and args.stage in ("compare", "report") and not os.path.exists(choice_path):
-        p.error(f"{choice_path} not found: run `python -m tools.fmnist demo select --out {args.out}` first, or copy "
+        p.error(f"{choice_path} not found: run `python -m studies.fmnist demo select --out {args.out}` first, or copy "
                 "the published choice, docs/fmnist/choice.json, there")
     return args, rows
 
@@ -892,10 +918,13 @@ def main(argv=None):
     args, rows = parse(argv)
     if args.study == "recipe":
         return recipe.run(args)
-    study, command = STUDIES[args.study], shlex.join(["python", "-m", "tools.fmnist", *argv])
+    study, command = STUDIES[args.study], shlex.join(["python", "-m", "studies.fmnist", *argv])
     if args.stage == "pack":
         added, total = pack(args.out, args.pack)
         print(f"{added} runs of {args.out} added to {args.pack}, which holds {total}")
+        return 0
+    if args.stage == "agreement":  # tools.batched's runs of `attribution report --batched` against train.py's
+        print("\n".join(agreement(args.out, args.pack, args.rate)))
         return 0
     folder = study.folder(args.out, args.rate)
     if args.stage == "tables":

@@ -1,5 +1,5 @@
 """Table 1's shape in the paper's own recipe on Fashion-MNIST, one GPU lease at a time
-(python -m tools.fmnist recipe STAGE; tools/gpu_check.sh runs a wave as its last stage).
+(python -m studies.fmnist recipe STAGE; studies/gpu_check.sh runs a wave as its last stage).
 
 REGIMES -- the declaration, made before any of its runs: the rows, the data, the appendix's SGD
 ORDER   -- what matters most: the rows a wave keeps first when its runs cannot all finish in its budget
@@ -9,16 +9,16 @@ wave    -- one wave: the rows still missing of the next seed(s), as train.py pro
            metrics are written epoch by epoch, so a wave cut short keeps every finished epoch; a run whose
            --graph capture dies before its first epoch starts again eager
 evidence -- whether docs/gpu holds green CUDA tests and both epochs_100_min for this step: a lease may run the
-           wave alone (tools/gpu_check.sh, WAVE_ONLY=1)
-pack    -- a wave's folder, or tools/gpu_check.sh's archive of it, into the raw data, docs/fmnist/recipe/runs.jsonl.gz
+           wave alone (studies/gpu_check.sh, WAVE_ONLY=1)
+pack    -- a wave's folder, or studies/gpu_check.sh's archive of it, into the raw data, docs/fmnist/recipe/runs.jsonl.gz
            (refuses a wave packed before)
 report  -- docs/fmnist/recipe/report.md from the raw data: the preconditions first, then every row with its n,
            the paired differences, and the paper's Table 1 MyLC column beside ours
 
-    python -m tools.fmnist recipe wave --dry-run                       # the next wave's train.py commands
-    python -m tools.fmnist recipe wave --out gpu-check/wave --device cuda --budget 270 --mps
-    python -m tools.fmnist recipe pack gpu-check/gpu-check.tar.gz      # into docs/fmnist/recipe/runs.jsonl.gz
-    python -m tools.fmnist recipe report                               # docs/fmnist/recipe/report.md
+    python -m studies.fmnist recipe wave --dry-run                       # the next wave's train.py commands
+    python -m studies.fmnist recipe wave --out gpu-check/wave --device cuda --budget 270 --mps
+    python -m studies.fmnist recipe pack gpu-check/gpu-check.tar.gz      # into docs/fmnist/recipe/runs.jsonl.gz
+    python -m studies.fmnist recipe report                               # docs/fmnist/recipe/report.md
 
 Why a wave: a lent GPU comes for about 15 minutes, start-up included, at most 10 minutes a command, and comes
 back with small files only. The recipe at full size (60,000 images, 100 epochs, ResNet34) is about 50 such
@@ -42,7 +42,7 @@ import uuid
 from typing import NamedTuple
 from xml.etree import ElementTree
 
-from tools import outbox
+from studies import outbox
 from tools.paper_tables import PAPER
 from tools.stats import fmt, mean_std, paired
 from tools.sweep import diagnostics, early_stopped, print_commands
@@ -293,7 +293,7 @@ def graph_from(junit_xml, collected, perf_json):
 
 
 def evidence(folder, collected):
-    """Whether folder (docs/gpu) holds already what stages 2 and 3 of tools/gpu_check.sh measure, for this tree's
+    """Whether folder (docs/gpu) holds already what stages 2 and 3 of studies/gpu_check.sh measure, for this tree's
     step: a JUnit XML (cuda*.xml) in which no test failed and every graph test now collected passed (collected: as
     for graph_from), and a perf JSON (perf*.json) with both epochs_100_min, eager and graphed, whose step is this
     tree's (training.graph.step_id). One line: "capture: " and the two files where it does (the wave may run alone,
@@ -361,7 +361,7 @@ def wave(args, lines):
           r["row"] == "ce-zero" and r["state"] == "finished" and declared(r)}
     if preconditions(ce)[1] is False:
         print(f"recipe wave: the preconditions do not hold on the {len(ce)} CE runs packed; this wave adds seeds "
-              "to a regime that does not test the claim (harden REGIMES in tools/recipe.py first)", file=sys.stderr)
+              "to a regime that does not test the claim (harden REGIMES in studies/recipe.py first)", file=sys.stderr)
     runs = {f"{row}-s{seed}": (row, seed) for row, seed in missing}  # in rank order
     argv = {name: command(args.size, noise, row, seed, args.data_dir, os.path.join(args.out, name), args.device,
                           args.graph) for name, (row, seed) in runs.items()}
@@ -519,7 +519,7 @@ def wave(args, lines):
 def pack(given, path):
     """A wave's runs into the raw data at path; each run marked with its state, so that one cut short is kept and
     never enters a table. given: the wave's folder (recipe wave's --out), a folder holding it as wave/, or
-    tools/gpu_check.sh's archive (gpu-check.tar.gz, or the $OUT holding it). Returns (runs added, how many the
+    studies/gpu_check.sh's archive (gpu-check.tar.gz, or the $OUT holding it). Returns (runs added, how many the
     raw data holds)."""
     archive = given if os.path.isfile(given) else os.path.join(given, outbox.ARCHIVE)
     if os.path.isfile(archive) and not any(os.path.exists(os.path.join(given, *w, "wave.json")) for w in ((), ("wave",))):
@@ -550,7 +550,7 @@ def pack_folder(folder, path, given):
                   None)
     if folder is None:
         raise UserError(f"no wave.json in {given} nor in {os.path.join(given, 'wave')}: give a wave's folder (the "
-                        f"--out of recipe wave), or the {outbox.ARCHIVE} of tools/gpu_check.sh (or the $OUT that holds it)")
+                        f"--out of recipe wave), or the {outbox.ARCHIVE} of studies/gpu_check.sh (or the $OUT that holds it)")
     try:
         with open(os.path.join(folder, "wave.json")) as f:
             info = json.load(f)
@@ -634,7 +634,7 @@ def noise_section(lines, noise, size):
            "**Preconditions** (CE on the clean validation split; the regime holds when CE's mean harm is >= "
            f"{HARM:g} points and it fits >= {MEMORISED:g} of the noisy labels by the end):", "", *pre, "",
            f"Regime holds: {({True: 'yes', False: 'no', None: 'not known'})[ok]}." + (
-               " Until REGIMES in tools/recipe.py is hardened (60% noise, or more epochs) in a commit of its own, "
+               " Until REGIMES in studies/recipe.py is hardened (60% noise, or more epochs) in a commit of its own, "
                "the next waves run the same regime: they add seeds, not an answer."
                if ok is False else ""), "",
            "| row | n | final test acc | best-epoch test acc | memorised (end) | selected | precision | recall | "
@@ -672,7 +672,7 @@ def report(path, size, dry_run=False):
         raise UserError(f"--from {path}: its folder does not exist (the raw data is {RAW})")
     lines = [r for r in read(path) if r["size"] == size]
     text = ["# Fashion-MNIST in the paper's recipe: Table 1's shape, wave by wave", "",
-            f"Declared in tools/recipe.py before any run ({size}): `" + " ".join(REGIMES[size].flags) + "`, the same "
+            f"Declared in studies/recipe.py before any run ({size}): `" + " ".join(REGIMES[size].flags) + "`, the same "
             "for every row; 40% noise; 28x28 images; each row at Eq. 7's η and b of the project's "
             "Table 1 (mutual.THRESHOLDS). Final test accuracy: the mean of the two models' last-epoch accuracies, "
             "mean ± std over seeds; best-epoch: the test accuracy at each run's best validation epoch. Paired "
@@ -681,7 +681,7 @@ def report(path, size, dry_run=False):
     for noise in NOISES:
         if noise == "sym" or any(r["noise"] == noise for r in lines):
             text += noise_section(lines, noise, size)
-    command = "`python -m tools.fmnist recipe report" + (f" --size {size}" if size != "gpu" else "") + (
+    command = "`python -m studies.fmnist recipe report" + (f" --size {size}" if size != "gpu" else "") + (
         f" --from {path}" if os.path.abspath(path) != os.path.abspath(RAW) else "") + "`"
     text.append(f"Rendered from {path} by {command} ({len(lines)} runs of this size packed)." if os.path.exists(path)
                 else f"Rendered by {command} before any wave was packed: {path}, the raw data, does not exist yet.")
@@ -696,7 +696,7 @@ def report(path, size, dry_run=False):
 
 
 def run(args):
-    """tools.fmnist's `recipe` stages (its parser checked the flags)."""
+    """studies.fmnist's `recipe` stages (its parser checked the flags)."""
     path = args.pack or RAW
     if args.stage == "pack" and args.dry_run:
         raise UserError("recipe pack has no --dry-run: it refuses a wave packed before and writes the file at once")

@@ -2,9 +2,9 @@
 # The one command a lent GPU machine runs: four stages in order of value, each under its own time limit, at most
 # $LIMIT seconds (default 560) in all.
 #
-#     OUT=gpu-check COMMIT=$(git rev-parse HEAD) bash tools/gpu_check.sh   # on a GPU machine, Fashion-MNIST in data/fashion-mnist
+#     OUT=gpu-check COMMIT=$(git rev-parse HEAD) bash studies/gpu_check.sh   # on a GPU machine, Fashion-MNIST in data/fashion-mnist
 #
-# Such a machine brings back at most 8 small files from $OUT (tools/outbox.py: RULES). So every stage writes into
+# Such a machine brings back at most 8 small files from $OUT (studies/outbox.py: RULES). So every stage writes into
 # a work folder ($WORK, default a new temporary one), and $OUT holds two files only, whatever moment the command
 # is killed at: gpu_check.log, this script's own output, and gpu-check.tar.gz, the work folder so far, rewritten
 # whole after each stage and every 30 s (a kill leaves the last one whole; its snapshot.json lists what it holds).
@@ -16,11 +16,11 @@
 # 3. perf.json, perf.log python -m tools.perf suite: train.py's epochs graphed, then eager (epochs_100_min both
 #                        ways), then the step eager against graphed; perf.json rewritten after each part;
 #                        $PERF_LIMIT s (default 170) for its --budget of 150; PERF_ARGS replaces its flags
-# 4. wave/, wave.log     one wave of the paper's recipe (python -m tools.fmnist recipe wave, tools/recipe.py) in the
+# 4. wave/, wave.log     one wave of the paper's recipe (python -m studies.fmnist recipe wave, studies/recipe.py) in the
 #                        time left: five train.py processes under CUDA MPS, --graph capture only where every graph
 #                        test of stage 2 passed and stage 3's graphed epochs ran (recipe.graph_from), a run whose
 #                        capture dies before its first epoch started again eager; metrics epoch by epoch, no
-#                        checkpoints. Then, where the raw data lives: python -m tools.fmnist recipe pack
+#                        checkpoints. Then, where the raw data lives: python -m studies.fmnist recipe pack
 #                        gpu-check/gpu-check.tar.gz
 #
 # A later lease runs the wave alone: with WAVE_ONLY=1, where $GPU_DOCS (default docs/gpu) holds already a cuda*.xml
@@ -29,7 +29,7 @@
 # the script says why and runs all four stages. WAVE_SEEDS (default 1) seeds of runs for the wave; the wave stops
 # the runs it projects cannot finish, the last in recipe.ORDER first.
 #
-#     OUT=gpu-check COMMIT=$(git rev-parse HEAD) WAVE_ONLY=1 bash tools/gpu_check.sh
+#     OUT=gpu-check COMMIT=$(git rev-parse HEAD) WAVE_ONLY=1 bash studies/gpu_check.sh
 #
 # PYTHON (default python3) is the interpreter of every stage: give the one with torch. FMNIST is the folder of
 # the four Fashion-MNIST IDX files (default data/fashion-mnist, else Debian's /usr/share/datasets/fashion-mnist).
@@ -46,10 +46,10 @@ export PYTHONUNBUFFERED=1
 export CMD_COMMIT=${COMMIT:-$(git rev-parse HEAD 2> /dev/null)}  # train.py records it where the copy has no .git
 left() { echo $(( LIMIT - SECONDS )); }
 stage_done() {  # the archive after stage $1, and whether $OUT is within the return rules
-    "$PY" -m tools.outbox snapshot "$WORK" "$OUT" > /dev/null
-    echo "gpu_check: after stage $1, $("$PY" -m tools.outbox check "$OUT")"
+    "$PY" -m studies.outbox snapshot "$WORK" "$OUT" > /dev/null
+    echo "gpu_check: after stage $1, $("$PY" -m studies.outbox check "$OUT")"
 }
-"$PY" -m tools.outbox snapshot "$WORK" "$OUT" --every 30 & snapshots=$!
+"$PY" -m studies.outbox snapshot "$WORK" "$OUT" --every 30 & snapshots=$!
 finish() {
     kill "$snapshots" 2> /dev/null; wait "$snapshots" 2> /dev/null  # one that is under way finishes first
     stage_done end
@@ -80,7 +80,7 @@ timeout 120 "$PY" -m pytest -m cuda --collect-only -q -p no:cacheprovider tests/
     > "$WORK/graph-cases.txt" 2>&1
 tests=0 perf=0 graph=""
 if [ -n "${WAVE_ONLY:-}" ]; then
-    said=$("$PY" -c "import sys; from tools.recipe import evidence; print(evidence(*sys.argv[1:]))" \
+    said=$("$PY" -c "import sys; from studies.recipe import evidence; print(evidence(*sys.argv[1:]))" \
         "${GPU_DOCS:-docs/gpu}" "$WORK/graph-cases.txt" 2>&1 | tail -1)
     case $said in
         capture:*) graph=capture; echo "gpu_check: WAVE_ONLY: ${said#capture: }; stages 2 and 3 skipped";;
@@ -104,7 +104,7 @@ if [ -z "$graph" ]; then
     stage_done 3
 
     # the wave captures the graph only where stage 2's graph tests all passed and stage 3's graphed epochs ran
-    graph=$("$PY" -c "import sys; from tools.recipe import graph_from; print(graph_from(*sys.argv[1:]))" \
+    graph=$("$PY" -c "import sys; from studies.recipe import graph_from; print(graph_from(*sys.argv[1:]))" \
         "$WORK/cuda.xml" "$WORK/graph-cases.txt" "$WORK/perf.json" 2> /dev/null || echo "off: recipe.graph_from failed")
 fi
 budget=$(( $(left) - 40 ))  # what the wave's runs may use; the rest stops them and writes wave.json
@@ -113,7 +113,7 @@ if (( budget < 60 )); then
     echo "gpu_check: no time left for a wave"; wave=1
 else
     # shellcheck disable=SC2086  # WAVE_ARGS is a list of flags
-    timeout -k 10 $(( budget + 30 )) "$PY" -m tools.fmnist recipe wave --out "$WORK/wave" --data-dir "$FMNIST" \
+    timeout -k 10 $(( budget + 30 )) "$PY" -m studies.fmnist recipe wave --out "$WORK/wave" --data-dir "$FMNIST" \
         --graph "${graph%%:*}" --budget "$budget" --seeds "${WAVE_SEEDS:-1}" ${WAVE_ARGS:---device cuda --mps} 2>&1 |
         tee "$WORK/wave.log"
     wave=${PIPESTATUS[0]}

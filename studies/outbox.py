@@ -1,5 +1,5 @@
 """What a lent GPU machine brings back from its $OUT, and one archive of a work folder that always fits
-(tools/gpu_check.sh writes its stages into a work folder and keeps $OUT to this archive and its own log).
+(studies/gpu_check.sh writes its stages into a work folder and keeps $OUT to this archive and its own log).
 
 RULES    -- the return rules: at most 8 files, each at most 16 MiB and 64 MiB together, none deeper than
             $OUT/a/b/file, names of letters, digits, '.', '_' and '-' only, plain files only; the rest stays behind
@@ -11,9 +11,9 @@ snapshot -- a work folder as one .tar.gz in $OUT, written beside the last one an
 every    -- snapshot every N seconds until SIGTERM, which waits for a snapshot under way to finish
 unpack   -- an archive into a folder, its members checked by tarfile's "data" filter
 
-    python -m tools.outbox snapshot WORK OUT              # OUT/gpu-check.tar.gz, once
-    python -m tools.outbox snapshot WORK OUT --every 30   # again every 30 s, until SIGTERM
-    python -m tools.outbox check OUT                      # a line per rule broken; exit 1 if any
+    python -m studies.outbox snapshot WORK OUT              # OUT/gpu-check.tar.gz, once
+    python -m studies.outbox snapshot WORK OUT --every 30   # again every 30 s, until SIGTERM
+    python -m studies.outbox check OUT                      # a line per rule broken; exit 1 if any
 """
 import fcntl
 import io
@@ -158,9 +158,9 @@ def unpack(archive, dest):
         tar.extractall(dest, filter="data")
 
 
-@one_line("tools.outbox")
+@one_line("studies.outbox")
 def main(argv=None):
-    p = Parser(command="python -m tools.outbox", description=__doc__.split("\n")[0])
+    p = Parser(command="python -m studies.outbox", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="part", required=True)
     s = sub.add_parser("snapshot", help="a work folder as OUT/" + ARCHIVE)
     s.add_argument("work", help="the folder to archive")
