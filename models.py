@@ -228,10 +228,14 @@ class Arch(NamedTuple):
     schedule   -- which of appendix C's optimisation presets trains it (training/presets.py's Preset.schedule);
                   every architecture names one, so none falls to another's settings unseen
     pretrained -- ImageNet weights can be loaded into it (--pretrained)
+    settings   -- an architecture the paper does not train brings its own schedule's row: Preset's fields but the
+                  dataset and the schedule (epochs, batch_size, lr, milestones, lr_decay, momentum, weight_decay,
+                  why), so that it borrows no paper row and its note; None: a row of PRESETS
     """
     build: Callable
     schedule: str
     pretrained: bool = False
+    settings: dict | None = None
 
 
 ARCHS = {

@@ -10,7 +10,7 @@ from appendix_code import paper_cmd_loss
 from label_correction import (boot_soft, confidence_from_sum, confidence_penalty_loss, label_smoothing,
                               model_confidence, mylc, one_hot, proselflc, tfkd_reg_loss)
 from losses import cmd_distill, cmd_loss, entropy, kdcl_loss, log_probs, mkd_loss, t2s_kd_loss
-from noise import add_noise, transition_matrix
+from noise import NOISE, add_noise, transition_matrix
 from schedule import chi, logistic
 
 K = 10
@@ -387,6 +387,23 @@ def test_add_noise_rate_structure_and_determinism(kind, rate):
         assert counts[0] == 0 and counts[1:].min() > 0.5 * counts[1:].mean()
     assert np.array_equal(add_noise(clean, kind, rate, k, seed=7), noisy)
     assert not np.array_equal(add_noise(clean, kind, rate, k, seed=8), noisy)
+
+
+@pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.matrix is not None and x.takes_rate])
+def test_every_noise_kind_is_a_transition_matrix_that_add_noise_draws_from(kind):
+    # every kind of the registry, so that a new one is tested here without a line of its own
+    x, k, n = NOISE[kind], max(10, NOISE[kind].min_classes), 20000
+    rate = min(0.4, x.max_rate / 2)
+    t = transition_matrix(kind, rate, k)
+    assert t.shape == (k, k) and (t >= 0).all() and np.allclose(t.sum(1), 1) and np.allclose(np.diag(t), 1 - rate)
+    clean = np.random.default_rng(2).integers(0, k, n)
+    noisy = add_noise(clean, kind, rate, k, seed=3)
+    drawn = np.zeros((k, k))
+    np.add.at(drawn, (clean, noisy), 1)
+    drawn /= drawn.sum(1, keepdims=True)
+    assert np.abs(drawn - t).max() < 0.05  # each clean class's labels follow its row of T
+    with pytest.raises(ValueError, match=f"at least {x.min_classes} classes"):
+        transition_matrix(kind, rate, x.min_classes - 1)
 
 
 def test_add_noise_fixed_seed_is_machine_independent():

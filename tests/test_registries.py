@@ -74,6 +74,15 @@ def test_an_architecture_added_to_its_registry_trains_on_its_own_preset(tmp_path
     err = capsys.readouterr().err
     assert e.value.code == 2 and "schedule 'no-such-schedule'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "other").exists()
+    # one the paper does not train brings its own row, and --help prints its note, not a paper row's
+    own = dict(epochs=3, batch_size=16, lr=0.03, milestones=(2,), lr_decay=0.5, momentum=0.8, weight_decay=1e-4,
+               why="a tiny pooled net's own schedule")
+    monkeypatch.setitem(models.ARCHS, "tiny", models.Arch(tiny, "tiny", settings=own))
+    args = config.resolve(config.get_args(["--dataset", "synthetic", "--arch", "tiny"]))
+    assert (args.epochs, args.batch_size, args.lr, args.milestones, args.momentum) == (3, 16, 0.03, [2], 0.8)
+    shown = presets.presets_help()
+    assert "synthetic" not in shown and "any dataset + tiny" in shown and "a tiny pooled net's own schedule" in shown
+    assert "ResNet28" not in shown.split("any dataset + tiny")[1].split("\n  any")[0]
 
 
 def test_a_noise_kind_added_to_its_registry_trains_on_its_own_labels(tmp_path, monkeypatch):
@@ -293,7 +302,7 @@ def test_the_parser_offers_what_the_registries_hold():
     assert got["--noise"] == set(noise.NOISE) and got["--dataset"] == set(datasets.DATASETS)
     assert plot.title("mode", "progressive") == "CMD-P" and plot.title("lc", "bootsoft") == "Boot-soft"
     for name, arch in models.ARCHS.items():  # every architecture is trained by a preset row of its own schedule
-        assert any(p.schedule == arch.schedule for p in presets.PRESETS), name
+        assert any(p.schedule == arch.schedule for p in presets.rows()), name
     for name, d in datasets.DATASETS.items():
         assert d.arch in models.ARCHS, name
 

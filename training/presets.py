@@ -46,10 +46,15 @@ PRESETS = [
 PRESET_FLAGS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "momentum", "weight_decay")
 
 
+def rows():
+    """PRESETS, then the rows the architectures the paper does not train bring (models.Arch.settings)."""
+    return PRESETS + [Preset(None, a.schedule, **a.settings) for a in ARCHS.values() if a.settings]
+
+
 def preset(dataset, arch):
-    """The first row of PRESETS for this dataset and arch (models.ARCHS), as {flag dest: value}."""
+    """The first row of rows() for this dataset and arch (models.ARCHS), as {flag dest: value}."""
     schedule = ARCHS[arch].schedule
-    row = next((p for p in PRESETS if p.dataset in (None, dataset) and p.schedule in (None, schedule)), None)
+    row = next((p for p in rows() if p.dataset in (None, dataset) and p.schedule in (None, schedule)), None)
     if row is None:  # an architecture whose schedule has no row: said, never another's settings
         raise UserError(f"--arch {arch}: its schedule '{schedule}' (models.ARCHS) names no row of "
                         f"training/presets.py's PRESETS; add the row, or give the arch an existing schedule")
@@ -65,7 +70,7 @@ def scale_milestones(milestones, preset_epochs, epochs):
 
 def presets_help():
     lines = ["optimisation presets (appendix C; the first matching row wins, any flag given overrides it):"]
-    for p in PRESETS:
+    for p in rows():
         archs = [a for a, arch in ARCHS.items() if arch.schedule == p.schedule]
         where = f"{p.dataset or 'any dataset'} + {'/'.join(archs) if p.schedule else 'any arch'}"
         decay = f"x{p.lr_decay:g} at {', '.join(map(str, p.milestones))}"
