@@ -324,14 +324,13 @@ def refuse_unread(args):
     (mutual.knobs_read): refused in one line, so that no run carries, or is named by, a setting that changed
     nothing. η and b are resolve_method's own."""
     read = knobs_read(args.mode, args.lc)
-    for flag, name in knob_flags().items():
-        default = next(f.default for f in knobs_of(Method) + knobs_of(Comparators) if f.name == name)
-        if name in read or name in ("eta", "b") or getattr(args, name) == default:
+    for f in knobs_of(Method) + knobs_of(Comparators):
+        if f.name in read or f.name in ("eta", "b") or getattr(args, f.name) == f.default:
             continue
-        by = [f"--mode {m}" for m, x in MODES.items() if name in x.knobs] + [
-            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if name in x.knobs]
-        raise UserError(f"{flag} {getattr(args, name)}: --mode {args.mode} with --lc {args.lc} does not read it (only "
-                        f"{', '.join(by)} {'do' if len(by) > 1 else 'does'}); drop it")
+        by = [f"--mode {m}" for m, x in MODES.items() if f.name in x.knobs] + [
+            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if f.name in x.knobs]
+        raise UserError(f"--{f.name.replace('_', '-')} {getattr(args, f.name)}: --mode {args.mode} with --lc {args.lc} "
+                        f"does not read it (only {', '.join(by)} {'do' if len(by) > 1 else 'does'}); drop it")
 
 
 def knobs_for(key, extra):
