@@ -126,31 +126,16 @@ def main(argv=None):
     evals = train.eval_batches(d, tests, Placement(device, workers=args.workers, memory_format=fmt))
     acc = evaluate(nets, evals, autocast, device)
     try:
-        for name in tests:
-            p = "test" if name == next(iter(tests)) else name
-            models_part = (" ".join(f"{x.upper()} {acc[f'{p}_acc_{x}']:.2f}" for x in NAMES[:len(nets)]) +
-                           f" mean {acc[f'{p}_acc_mean']:.2f} ensemble {acc[f'{p}_acc_ens']:.2f}" if len(nets) > 1
-                           else f"{acc[f'{p}_acc_a']:.2f}")
-            print(f"{name} ({len(tests[name].labels)} images): {models_part}")
-        sys.stdout.flush()  # here, where a full disk is one line, not at exit
-    except OSError as e:
-        failed = output_failed(e)
+        with runfiles.checked_stdout():  # a full disk under `> file` is one line here, not a traceback at exit
+            for name in tests:
+                p = "test" if name == next(iter(tests)) else name
+                models_part = (" ".join(f"{x.upper()} {acc[f'{p}_acc_{x}']:.2f}" for x in NAMES[:len(nets)]) +
+                               f" mean {acc[f'{p}_acc_mean']:.2f} ensemble {acc[f'{p}_acc_ens']:.2f}" if len(nets) > 1
+                               else f"{acc[f'{p}_acc_a']:.2f}")
+                print(f"{name} ({len(tests[name].labels)} images): {models_part}")
+    except runfiles.WriteError as failed:
         raise UserError(f"{failed}; evaluate.py writes nothing else; {failed.fix}, then run it again") from None
     return acc
-
-
-def output_failed(err):
-    """stdout's runfiles.WriteError (a `> file` on a full disk); what stdout still buffers goes to /dev/null, so
-    that it is not tried again at exit."""
-    where = "stdout"
-    try:
-        fd = sys.stdout.fileno()
-        if os.path.isdir("/proc/self/fd") and os.readlink(f"/proc/self/fd/{fd}").startswith("/"):  # Linux: the file
-            where = os.readlink(f"/proc/self/fd/{fd}")
-        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-    except (OSError, ValueError, AttributeError):  # not a file (a test's capture): nothing is buffered at exit
-        pass
-    return runfiles.write_error(where, err, free=where != "stdout")
 
 
 if __name__ == "__main__":

@@ -40,11 +40,11 @@ import torch.distributed as dist
 
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
-from training import datasets, graph, images, rundir, runfiles
+from training import datasets, graph, images, ranks, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, given_labels, load_data
 from training.config import get_args, method_of, resolve
-from training.errors import UserError, exit_code, one_line, stop_on_sigterm, stopped_by
+from training.errors import UserError, exit_code, named, one_line, say, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
 from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, tensorboard
 
@@ -66,20 +66,23 @@ def check_files(args, train, tests, log):
 # ---------------------------------------------------------------- main
 
 @one_line("train.py", stopped=EARLY)  # bad input: one line, exit 2; a Ctrl-C, SIGTERM, full disk in training: stopped()
+@runfiles.checked_stdout()  # stdout that cannot be written (`> log` on a full disk): a WriteError, as a run file's
 def main(argv=None):
     """The paper's procedure: the settings, the data with its noisy labels, models A and B, the epochs of
     mutual_step (Eqs. 3-8), and the report. Returns summary.json's numbers (None on ranks other than 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = resolve(get_args(argv))
-    method, setup = method_of(args), Setup.of(args)  # the method's settings; the device, precision and record
-    setup.config["graph"] = graph.resolve(args.graph, setup.device, setup.amp, method, dist.is_initialized(),
-                                          args.compile)  # the step recorded once and replayed, or eager
-    run = open_run(args, setup)
-    if run.finished():
-        setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do")
-        return runfiles.read_json(args.out, "summary.json")
-
-    d, train, tests, noisy = data_and_labels(args, run, setup)  # §4.1: the given labels are noisy
+    try:
+        args = resolve(get_args(argv))
+        method, setup = method_of(args), Setup.of(args)  # the method's settings; the device, precision and record
+        setup.config["graph"] = graph.resolve(args.graph, setup.device, setup.amp, method, dist.is_initialized(),
+                                              args.compile)  # the step recorded once and replayed, or eager
+        run = open_run(args, setup)
+        if run.finished():
+            setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do", flush=True)
+            return runfiles.read_json(args.out, "summary.json")
+        d, train, tests, noisy = data_and_labels(args, run, setup)  # §4.1: the given labels are noisy
+    except runfiles.WriteError as e:  # stdout, before the run has written a file
+        raise UserError(f"{e}; the run wrote nothing; {e.fix}, then run the command again") from None
     models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)
     start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
     loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
@@ -106,9 +109,11 @@ def main(argv=None):
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
+        ranks.agree()  # under torchrun: rank 0 has written the run's last files
     except (KeyboardInterrupt, datasets.DataError, runfiles.WriteError) as e:
-        stopped(e, run, argv, loop.progress, setup.rank)
+        stopped(ranks.settled(e), run, argv, loop.progress, setup.rank)  # every rank at once, under torchrun
     if dist.is_initialized():
+        ranks.end()
         dist.destroy_process_group()
     return summary
 
@@ -210,7 +215,8 @@ def train_epoch(loop, epoch, r, k):
     def running_losses():  # L_A, L_B so far; waits for the device, so only when a progress line is due
         return (acc[losses] / acc[names.index("samples")]).tolist()
 
-    for i, batch in enumerate(batches.epoch(loop.seed, epoch)):
+    for i, batch in enumerate(ranks.agreed(batches.epoch(loop.seed, epoch))):  # under torchrun, the ranks go on
+        # together: a rank that cannot, stops them all here (training/ranks.py)
         clock = Clock(epoch, i, steps, loop.epochs, loop.seed)
         chi = loop.method.chis_at(clock.t, loop.epochs, k, m)  # Eq. 7 at fractional epochs, one per model
         sums, step_hist = loop.step(batch, chi, r, clock)
@@ -257,7 +263,7 @@ def finish(args, row, run, models, meta, writer):
     if writer is not None:
         writer.close()
     print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +
-          f" | {summary['seconds']}s of training | {args.out}")
+          f" | {summary['seconds']}s of training | {args.out}", flush=True)
     return summary
 
 
@@ -265,8 +271,19 @@ def stopped(err, run, argv, progress, rank):
     """Ctrl-C, SIGTERM, an image that cannot be read or a file that cannot be written (a full disk), in the
     middle of training: add the time of the epoch cut short to the checkpoint's total, then one line that says
     where the run stopped, what is kept and the command that resumes it. Exit 130 or 143 (128 + SIGINT or
-    SIGTERM, what a shell reports for them) or 2 (bad data, a full disk: through main's one_line)."""
+    SIGTERM, what a shell reports for them) or 2 (bad data, a full disk), as one_line would. Under torchrun every
+    rank stops here at once (training/ranks.py) and says rank 0's line: only rank 0 knows what its files hold."""
     progress.clear()
+    line = ranks.share(stop_line(err, run, argv, progress) if rank == 0 else None)
+    error = isinstance(err, (datasets.DataError, runfiles.WriteError))
+    say(f"{named('train.py')}: {'error: ' if error else ''}{line}")
+    ranks.said()  # every rank has said its line before any exits (torchrun stops the others when one does)
+    sys.exit(2 if error else exit_code(err))
+
+
+def stop_line(err, run, argv, progress):
+    """What stopped(err) says: where the run stopped, what is kept, what to do; the time of the epoch cut short added
+    to the checkpoint's total."""
     with rundir.uninterrupted(deliver=False):  # a second Ctrl-C or SIGTERM lets the bookkeeping finish
         where, kept = run.stopped_at(progress, writing=isinstance(err, runfiles.WriteError))
     if runfiles.state(run.out) == runfiles.NEW:  # nothing was written that --resume could continue
@@ -274,15 +291,15 @@ def stopped(err, run, argv, progress, rank):
     else:
         resume = f"resume with: {rundir.resume_command(argv)}" if run.resumable else "it cannot resume"
     if isinstance(err, datasets.DataError):
-        raise datasets.DataError(f"{err} ({where}); {kept}; {resume}") from None
+        return f"{err} ({where}); {kept}; {resume}"
+    if isinstance(err, runfiles.WriteError) and runfiles.state(run.out) == runfiles.FINISHED:  # the last line
+        return f"{err}, after the run finished; {run.out}/summary.json holds its results"
     if isinstance(err, runfiles.WriteError):
         kept += ", and metrics.jsonl the epochs up to it" if run.resumable and run.stopwatch.saved else ""
         then = f"{err.fix}, then {resume}" if run.resumable else resume
-        raise UserError(f"{err} ({where}); {kept}; {then}") from None
-    if rank == 0:
-        print(f"train.py: stopped by {stopped_by(err)} {where}; {kept}; {resume}", file=sys.stderr, flush=True)
-    sys.exit(exit_code(err))
-
+        return f"{err} ({where}); {kept}; {then}"
+    to = f" sent to rank {err.rank}" if getattr(err, "rank", None) is not None and ranks.world()[1] > 1 else ""
+    return f"stopped by {stopped_by(err)}{to} {where}; {kept}; {resume}"
 
 if __name__ == "__main__":
     warnings.formatwarning = lambda message, *_, **__: f"train.py: warning: {message}\n"

@@ -289,8 +289,8 @@ def pack(out, path):
         with gzip.open(path, "rt") as f:
             lines = {(r["rate"], r["run"]): r for r in map(json.loads, f)}
     lines.update({(r["rate"], r["run"]): r for r in new})
-    with gzip.open(path, "wt") as f:
-        f.writelines(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines))
+    with runfiles.replacing(path, "wb") as f, gzip.open(f, "wt") as z:
+        z.writelines(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines))
     return len(new), len(lines)
 
 
@@ -712,8 +712,7 @@ class Run(NamedTuple):
         failed = batched.run_grid(todo, self.args.jobs, self.device(), self.args.batched)
         for j in todo:
             if j["name"] in failed and "NaN" in failed[j["name"]]:
-                with open(os.path.join(j["dir"], "diverged.json"), "w") as f:
-                    json.dump(dict(error=failed[j["name"]]), f)
+                runfiles.write_json(j["dir"], "diverged.json", dict(error=failed[j["name"]]))
             elif j["name"] in failed:
                 self.failed[j["name"]] = failed[j["name"]]
         return trained
@@ -744,8 +743,7 @@ class Run(NamedTuple):
 
 
 def write(path, lines):
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    runfiles.write_text(path, "\n".join(lines) + "\n")
     print("\n".join(lines) + f"\nwritten: {path}")
 
 
@@ -767,8 +765,7 @@ def demo_stage(r, stage):
         choice, runs, more = r.select(SELECTED)
         if r.args.dry_run:
             return None, None
-        with open(choice_path, "w") as f:
-            json.dump(dict(derived(choice), command=r.command), f, indent=1)
+        runfiles.write_json(out, "choice.json", dict(derived(choice), command=r.command))
         try:
             heat_map(runs, os.path.join(out, "select-eta-b.png"))
         except (ImportError, UserError):  # no matplotlib: the table and choice.json are what the report needs
@@ -780,8 +777,7 @@ def demo_stage(r, stage):
         if r.args.dry_run:
             return None, None
         saved.update(picked, compare_command=r.command)
-        with open(choice_path, "w") as f:
-            json.dump(saved, f, indent=1)
+        runfiles.write_json(out, "choice.json", saved)
         return "compare.md", compare_text(runs, picked, r.footer(n))
     choice, seeds = {row: saved[row] for row in DEMO.rows if row in saved}, REPORT_SEEDS[:r.args.seeds]
     n = r.cells("report", report_cells(DEMO, choice, seeds))
@@ -808,8 +804,7 @@ def attribution_stage(r, stage, rows):
         r.cells("report", report_cells(ATTRIBUTION, choice, REPORT_SEEDS, rows))
         runs = r.runs()
     os.makedirs(r.plan.folder, exist_ok=True)
-    with open(os.path.join(r.plan.folder, "choice.json"), "w") as f:
-        json.dump(dict(choice, command=r.command), f, indent=1)
+    runfiles.write_json(r.plan.folder, "choice.json", dict(choice, command=r.command))
     footer = f"`{r.command}`: {time.time() - r.t0:.0f} s this invocation; {where(runs)}."
     for name, lines in attribution_texts(runs, r.args.rate, choice, footer, r.args.published_choice).items():
         write(os.path.join(r.plan.folder, name), lines)
@@ -912,7 +907,8 @@ def parse(argv):
 
 
 @one_line("fmnist", stopped="stopped by Ctrl-C; run the same command again to continue (finished runs are skipped, "
-                           "the others resume from their checkpoints)")  # each run stops at its checkpoint
+                           "the others resume from their checkpoints)",  # each run stops at its checkpoint
+          again="run the same command again (finished runs are skipped, the others resume from their checkpoints)")
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rows = parse(argv)

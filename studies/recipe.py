@@ -396,9 +396,7 @@ def wave(args, lines):
                 {"restarted": retried[name]} if name in retried else {}), **(
                 {"stopped": stopped[name]} if name in stopped else {}))
         info["seconds"] = round(time.time() - t0, 1)
-        with open(os.path.join(args.out, "wave.json.tmp"), "w") as f:
-            json.dump(info, f, indent=1)
-        os.replace(os.path.join(args.out, "wave.json.tmp"), os.path.join(args.out, "wave.json"))
+        runfiles.write_json(args.out, "wave.json", info)
 
     def shared():  # how many runs train from now on
         pace.running(time.time(), sum(name not in stopped for name in procs))
@@ -457,7 +455,7 @@ def wave(args, lines):
                 while todo and len(procs) < jobs:
                     name = todo.pop(0)
                     os.makedirs(os.path.join(args.out, name), exist_ok=True)
-                    log = open(os.path.join(args.out, name, "train.log"), "w")
+                    log = runfiles.open_log(os.path.join(args.out, name, "train.log"), "w")
                     began[name] = time.time()
                     procs[name] = (subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"), *argv[name]],
                                                     stdout=log, stderr=subprocess.STDOUT, env=env, cwd=HERE), log)
@@ -579,9 +577,8 @@ def pack_folder(folder, path, given):
                         graph=run["argv"][run["argv"].index("--graph") + 1] if "--graph" in run["argv"] else info["graph"],
                         restarted=run.get("restarted"), stopped=run.get("stopped"), provenance=prov, rows=rows))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with gzip.open(path + ".tmp", "wt") as f:
-        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in lines + new)
-    os.replace(path + ".tmp", path)
+    with runfiles.replacing(path, "wb") as f, gzip.open(f, "wt") as z:
+        z.writelines(json.dumps(r, sort_keys=True) + "\n" for r in lines + new)
     return len(new), len(lines) + len(new)
 
 
@@ -689,8 +686,7 @@ def report(path, size, dry_run=False):
     print("\n".join(text))
     if not dry_run:
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as f:
-            f.write("\n".join(text) + "\n")
+        runfiles.write_text(out, "\n".join(text) + "\n")
         print(f"written: {out}")
     return 0
 

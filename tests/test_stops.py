@@ -2,9 +2,11 @@
 to the numbers of an uninterrupted run.
 
 A full disk: OSError(ENOSPC) injected into the one write path (training/runfiles.py) at each file train.py writes,
-and, as root on Linux, a real tmpfs too small for the checkpoint; tools.sweep's table, tools.batched's run folders
-and evaluate.py's output alike. SIGTERM: a real signal to a real train.py, in an epoch and between epochs, held back
-while an epoch's files are written, and ignored under the Slurm launcher (tools/slurm.py).
+and, as root on Linux, a real tmpfs too small for the checkpoint; train.py's own stdout, tools.sweep's table and run
+logs, a Slurm job's record, tools.batched's run folders, evaluate.py's output and the studies' files alike. SIGTERM:
+a real signal to a real train.py, in an epoch and between epochs, held back while an epoch's files are written, and
+ignored under the Slurm launcher (tools/slurm.py). Under torchrun (two CPU ranks on gloo): SIGTERM to one rank, a
+real full disk under rank 0 and an image one rank cannot read each stop both ranks, a line each, and resume equal.
 """
 import builtins
 import errno
@@ -16,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -347,3 +350,302 @@ def test_evaluate_into_a_file_on_a_full_disk_is_one_line_and_nothing_at_exit(ful
                              text=True, timeout=120, env=buffered)
     assert res.returncode == 2 and one_line(res.stderr, "evaluate.py").startswith(
         f"evaluate.py: error: cannot write {sink}: No space left on device (ENOSPC), 0 B free in "), res.stderr
+
+
+# ---------------------------------------------------------------- train.py's own stdout on a full disk
+
+class FullOnWrite(io.StringIO):
+    """stdout unbuffered (PYTHONUNBUFFERED=1, as many cluster scripts set) on a full disk: every write fails."""
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class FillsAtEpochOne(FullStdout):
+    """stdout as `> log` on a disk that fills up in training: flushes fail from epoch 1's line on."""
+
+    def flush(self):
+        if "epoch   1 |" in self.getvalue():
+            super().flush()
+
+
+@pytest.mark.parametrize("stdout,kept", [
+    (FillsAtEpochOne, "(after epoch 1/2); {out}/checkpoint.pt holds epoch 1, and metrics.jsonl the epochs up to it; "
+                      "free some space, then resume with: "),
+    (FullOnWrite, "the run wrote nothing; free some space, then run the command again")])
+def test_train_py_stdout_on_a_full_disk_is_one_line_and_the_run_resumes_equal(full, tmp_path, capsys, monkeypatch,
+                                                                              stdout, kept):
+    """A disk that fills in training: epoch 1's line fails after epoch 1's files are written. Full from the start
+    (here unbuffered): the first print, the settings, fails before the run writes anything."""
+    out = str(tmp_path / "run")
+    monkeypatch.setattr(sys, "stdout", stdout())
+    with pytest.raises(SystemExit) as e:
+        train.main(FLAGS + ["--out", out])
+    line = one_line(capsys.readouterr().err)
+    assert e.value.code == 2 and line.startswith("train.py: error: cannot write stdout: No space left on device "
+                                                 "(ENOSPC)"), line
+    assert kept.format(out=out) in line, line
+    monkeypatch.undo()
+    if stdout is FullOnWrite:
+        assert not os.path.exists(out)
+        train.main(FLAGS + ["--out", out])
+    else:
+        assert len(metrics(out)) == 1 and not leftovers(out)
+        train.main(command_in(line))
+    assert_same_run(out, full)
+
+
+def test_train_py_into_a_file_on_a_real_full_disk_is_one_line_and_resumes_equal(full, small_disk, tmp_path):
+    """python train.py ... > log, the log on a full tmpfs and --out elsewhere: one line on stderr naming the log, exit
+    code 2 and nothing more at exit, from the first line flushed, before the run writes a file; the same command
+    with the log elsewhere then trains the uninterrupted run."""
+    log = os.path.join(small_disk("64k"), "train.log")
+    with open(os.path.join(os.path.dirname(log), "filler"), "wb", buffering=0) as f:  # the disk fills up
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"0" * 4096)
+    out = str(tmp_path / "run")
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open(log, "w") as stdout:
+        res = subprocess.run([sys.executable, "train.py", *FLAGS, "--out", out], cwd=HERE, stdout=stdout,
+                             stderr=subprocess.PIPE, text=True, timeout=120, env=buffered)
+    line = one_line(res.stderr)
+    assert res.returncode == 2 and line.startswith(f"train.py: error: cannot write {log}: No space left on device "
+                                                   f"(ENOSPC), 0 B free in "), line
+    assert line.endswith("; the run wrote nothing; free some space, then run the command again"), line
+    assert not os.path.exists(out)
+    train.main(FLAGS + ["--out", out])
+    assert_same_run(out, full)
+
+
+# ---------------------------------------------------------------- every other writer of the project on a full disk
+
+class NoRoom:
+    """runfiles.open on a disk with no room for a new file: opening `name` to write or add to fails with ENOSPC."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, path, mode="r", *args, **kwargs):
+        if not mode.startswith("r") and os.path.basename(path).removesuffix(".tmp") == self.name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return builtins.open(path, mode, *args, **kwargs)
+
+
+def test_a_sweep_whose_run_log_cannot_be_opened_is_one_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "sweeps")
+    monkeypatch.setattr(runfiles, "open", NoRoom("train.log"), raising=False)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["table1", "--scale", "smoke", "--out", out, "--jobs", "1"])
+    line = one_line(capsys.readouterr().err, "sweep.py")
+    assert e.value.code == 2 and re.match(rf"sweep.py: error: cannot write {re.escape(out)}/table1-smoke/[^/ ]+/train.log:"
+                                          rf" {ENOSPC}", line), line
+    assert line.endswith("; free some space, then run the same command again (finished runs are skipped, the others "
+                         "resume from their checkpoints)"), line
+    runs = os.path.join(out, "table1-smoke")
+    assert all(os.listdir(os.path.join(runs, r)) == ["sweep.json"] for r in os.listdir(runs))  # no train.py started
+
+
+def test_a_slurm_record_that_cannot_be_written_is_one_line_naming_the_jobs_that_run(tmp_path, capsys, monkeypatch):
+    """The job is submitted before its record can be written: the line names it, so that it is not submitted twice.
+    (submitit's local executor runs it; its run is made to fail at once, and the test waits for it.)"""
+    pytest.importorskip("submitit")
+    sweep_dir = tmp_path / "table1-smoke"
+    zero, done = (sweep_dir / name for name in ("zero-ls-sym40-s0", "all-ls-sym40-s0"))
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"test_acc_mean": 42.0, "seconds": 1.0}))
+    zero.mkdir()
+    (zero / "config.json").write_text("{}")
+    (zero / "checkpoint.pt").write_text("half a checkpoint")  # train.py --resume refuses it at once
+    monkeypatch.setattr(runfiles, "open", FullDisk("slurm.json"), raising=False)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["table1", "--scale", "smoke", "--out", str(tmp_path), "--launcher", "slurm", "--slurm-time", "10"],
+                   cluster="local")
+    line = one_line(capsys.readouterr().err, "sweep.py")
+    job = re.search(r"; jobs (\d+) were submitted and run;", line)
+    assert e.value.code == 2 and job and re.match(rf"sweep.py: error: cannot write {re.escape(str(zero))}/slurm.json: "
+                                                  rf"{ENOSPC}", line), line
+    assert f"free some space, wait for those jobs to end (or scancel {job.group(1)}), then run the same command " \
+           f"again" in line, line
+    assert "slurm.json" not in os.listdir(zero)
+    ended = sweep_dir / "slurm" / job.group(1)
+    for _ in range(600):  # the job's own end, before the test's folder goes
+        if ended.is_dir() and any(f.endswith("_result.pkl") for f in os.listdir(ended)):
+            break
+        time.sleep(0.1)
+    assert not leftovers(str(zero))
+
+
+def test_a_study_that_cannot_write_its_choice_is_one_line_and_keeps_the_old_one(tmp_path, capsys, monkeypatch):
+    """studies.fmnist writes choice.json after its selection: on a full disk, one line with what to run again, and the
+    choice.json of before, whole."""
+    from studies import fmnist
+    from test_fmnist import TINY_BASE
+    from test_mnist import write_idx
+    write_idx(tmp_path / "data", n_train=160, n_test=40)
+    monkeypatch.setattr(fmnist, "BASE", TINY_BASE)
+    monkeypatch.setitem(fmnist.ATTRIBUTION.grids, 0.6, {"zero": (0.05,)})
+    monkeypatch.setattr(fmnist, "EXTEND", 0)
+    monkeypatch.setattr(fmnist, "SELECT_SEEDS", (100,))
+    out = str(tmp_path / "sweeps")
+    argv = ["attribution", "select", "--rate", "0.6", "--out", out, "--data-dir", str(tmp_path / "data"), "--batched",
+            "--", "--device", "cpu"]
+    assert fmnist.main(argv) == 0
+    choice = os.path.join(out, "attribution", "r0.6", "choice.json")
+    before = open(choice).read()
+    monkeypatch.setattr(runfiles, "open", FullDisk("choice.json"), raising=False)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        fmnist.main(argv)
+    line = one_line(capsys.readouterr().err, "fmnist")
+    assert e.value.code == 2 and re.match(rf"fmnist: error: cannot write {re.escape(choice)}: {ENOSPC}", line), line
+    assert line.endswith("; free some space, then run the same command again (finished runs are skipped, the others "
+                         "resume from their checkpoints)"), line
+    assert open(choice).read() == before and not leftovers(os.path.dirname(choice))
+
+
+def test_a_study_that_cannot_mark_a_diverged_run_is_one_line(tmp_path, capsys, monkeypatch):
+    """studies.fmnist marks a train.py run that stopped on a NaN loss with diverged.json: on a full disk, one line, and
+    no partial file; the same command afterwards marks it."""
+    from studies import fmnist
+    from test_fmnist import TINY_BASE
+    from test_mnist import write_idx
+    write_idx(tmp_path / "data", n_train=160, n_test=40)
+    monkeypatch.setattr(fmnist, "BASE", TINY_BASE)
+    monkeypatch.setitem(fmnist.ATTRIBUTION.grids, 0.6, {"zero": (1e30,)})  # an lr that takes the loss to inf or NaN
+    monkeypatch.setattr(fmnist, "EXTEND", 0)
+    monkeypatch.setattr(fmnist, "SELECT_SEEDS", (100,))
+    out = str(tmp_path / "sweeps")
+    argv = ["attribution", "select", "--rate", "0.6", "--out", out, "--data-dir", str(tmp_path / "data"),
+            "--no-batched", "--", "--device", "cpu"]
+    monkeypatch.setattr(runfiles, "open", FullDisk("diverged.json"), raising=False)
+    with pytest.raises(SystemExit) as e:
+        fmnist.main(argv)
+    line = one_line(capsys.readouterr().err, "fmnist")
+    run = os.path.join(out, "attribution", "r0.6", "select", "zero-lr1e+30-s100")
+    assert e.value.code == 2 and re.match(rf"fmnist: error: cannot write {re.escape(run)}/diverged.json: {ENOSPC}",
+                                          line), line
+    assert not os.path.exists(os.path.join(run, "diverged.json")) and not leftovers(run)
+    monkeypatch.setattr(runfiles, "open", open, raising=False)  # space is freed
+    monkeypatch.setattr(fmnist, "LADDER", (*fmnist.LADDER, 1e30))  # the choice's edge rule reads the lr's place
+    assert fmnist.main(argv) == 0
+    assert "NaN" in json.load(open(os.path.join(run, "diverged.json")))["error"]
+
+
+# ---------------------------------------------------------------- under torchrun: a rank that fails stops the others
+
+DDP = [*LONG[:-1], "3"]  # 3 epochs of 12 steps, each batch of 8 sharded over 2 ranks
+
+
+def torchrun(flags, out, **kwargs):
+    """train.py FLAGS --out OUT under torchrun, 2 processes on the CPU (gloo), as its own process group."""
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *flags, "--out", out], cwd=HERE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def ddp_full(tmp_path_factory):
+    """The uninterrupted torchrun run of DDP, which every stopped and resumed one must equal."""
+    out = str(tmp_path_factory.mktemp("ddp") / "run")
+    proc = torchrun(DDP, out)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def rank_pid(parent, rank):
+    """The pid of the process of `rank` among torchrun's (parent's) children, found by its RANK."""
+    for _ in range(600):
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = open(f"/proc/{pid}/stat").read()
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:  # gone meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and f"RANK={rank}".encode() in env:
+                return int(pid)
+        time.sleep(0.1)
+    raise AssertionError(f"no process of rank {rank} under {parent}")
+
+
+def said_by_ranks(err):
+    """{rank: what it said} from torchrun's stderr: exactly one train.py line per rank, and no traceback of ours."""
+    lines = [ln for ln in err.splitlines() if ln.startswith(("train.py:", "train.py ("))]  # not torchrun's own
+    said = {}
+    for ln in lines:
+        m = re.match(r"train\.py \(rank (\d) of 2\): (.*)$", ln)
+        assert m and int(m.group(1)) not in said, err[-3000:]
+        said[int(m.group(1))] = m.group(2)
+    assert sorted(said) == [0, 1] and 'train.py", line' not in err and "ranks.py" not in err, err[-3000:]
+    return said
+
+
+def resume_under_torchrun(line, out):
+    """The command the line says, run: `your torchrun command with train.py FLAGS --resume`."""
+    argv = shlex.split(re.search(r"resume with: your torchrun command with (.*)$", line).group(1))
+    assert argv[0] == "train.py" and argv[argv.index("--out") + 1] == out and argv[-1] == "--resume", line
+    proc = torchrun(argv[1:argv.index("--out")] + argv[argv.index("--out") + 2:], out)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds rank 1's process in /proc")
+def test_a_sigterm_to_one_rank_stops_both_at_the_same_step_a_line_each_and_resumes_equal(ddp_full, tmp_path):
+    out = str(tmp_path / "run")
+    proc = torchrun([*DDP, "--log-every", "1"], out, start_new_session=True)
+    wait_for(proc, r"  epoch 2/3 step 2/12 ")
+    os.kill(rank_pid(proc.pid, 1), signal.SIGTERM)  # one rank alone, as a node's OOM killer or a stray kill does
+    t0 = time.time()
+    _, err = proc.communicate(timeout=120)
+    assert time.time() - t0 < 30, "the ranks took more than 30 s to stop"
+    said = said_by_ranks(err)
+    assert said[0] == said[1] and re.match(rf"stopped by SIGTERM sent to rank 1 in epoch 2/3 at step \d+/12; "
+                                           rf"{re.escape(out)}/checkpoint.pt holds epoch 1; resume with: ", said[0]), err
+    assert err.count("exitcode  : 143") >= 1 and torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)[
+        "epoch"] == 1
+    resume_under_torchrun(said[0], out)
+    assert_same_run(out, ddp_full)
+
+
+def test_a_full_disk_on_rank_0_stops_both_with_a_line_each_and_resumes_equal(ddp_full, small_disk):
+    """--out on a tmpfs with room for one checkpoint and a half: rank 0 cannot write epoch 2's, while rank 1 has gone
+    on to epoch 3; both stop there, each with rank 0's line, and resume once space is freed."""
+    size = os.path.getsize(os.path.join(ddp_full, "checkpoint.pt"))
+    out = os.path.join(small_disk(f"{size * 3 // 2 // 1024}k"), "run")
+    proc = torchrun(DDP, out, start_new_session=True)
+    _, err = proc.communicate(timeout=120)
+    said = said_by_ranks(err)
+    assert said[0] == said[1] and re.match(rf"error: on rank 0: cannot write {re.escape(out)}/checkpoint.pt: {ENOSPC}"
+                                           rf"\S+ \(in epoch 2/3 while writing its files\); {re.escape(out)}/checkpoint"
+                                           rf".pt holds epoch 1, and metrics.jsonl the epochs up to it; free some "
+                                           rf"space, then resume with: ", said[0]), err
+    assert "exitcode  : 2" in err and not leftovers(out) and len(metrics(out)) == 1
+    small_disk("64m")
+    resume_under_torchrun(said[0], out)
+    assert_same_run(out, ddp_full)
+
+
+def test_an_image_one_rank_cannot_read_stops_both_with_a_line_each_and_resumes_equal(tmp_path):
+    """A folder of large images, read batch by batch, each batch's images shared out between the two ranks: the one
+    whose share holds the broken image stops, and so does the other, at the same step. The image mended, the run
+    resumes to the uninterrupted one."""
+    from test_faults import large_folder
+    flags = large_folder(tmp_path / "data") + ["--epochs", "2", "--workers", "0"]
+    victim = tmp_path / "data" / "train" / "cat" / "1.png"
+    good = victim.read_bytes()
+    full = str(tmp_path / "full")
+    proc = torchrun(flags, full)
+    assert proc.communicate(timeout=300) and proc.returncode == 0
+    victim.write_bytes(good[:40])  # the header survives: it fails only when decoded
+    out = str(tmp_path / "run")
+    proc = torchrun(flags, out, start_new_session=True)
+    _, err = proc.communicate(timeout=120)
+    said = said_by_ranks(err)
+    assert said[0] == said[1] and re.match(rf"error: on rank [01]: cannot read image {re.escape(str(victim))} \(.*\); "
+                                           rf"replace or delete the file \(in epoch (1/2 at step 1/1\); no epoch had finished, so it starts again "
+                                           rf"from epoch 1|2/2 at step 1/1\); {re.escape(out)}/checkpoint.pt holds epoch "
+                                           rf"1); resume with: ", said[0]), err  # in the epoch whose batch holds it
+    victim.write_bytes(good)
+    resume_under_torchrun(said[0], out)
+    assert [dict(r, seconds=0) for r in metrics(out)] == [dict(r, seconds=0) for r in metrics(full)]

@@ -19,6 +19,7 @@ import label_correction
 import losses
 import noise
 import schedule
+from training import runfiles
 from training.errors import Parser, UserError, one_line
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,8 +67,7 @@ def main(argv=None):
         if not os.path.isdir(folder):
             raise UserError(f"{out}: its folder {folder} does not exist")
     for out, (source, what) in files.items():
-        with open(out, "w") as f:
-            f.write(source())
+        runfiles.write_text(out, source())
         print(f"{out}: the MIT notice and {what}")
     return 0
 

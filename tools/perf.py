@@ -63,7 +63,7 @@ from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step
 from tools import batched, sweep
-from training import config, datasets
+from training import config, datasets, runfiles
 from training.batches import Batches, Placement, Spec
 from training.errors import Parser, UserError, one_line
 from training.graph import WARMUP, place_lr, replayed, step_id
@@ -216,9 +216,7 @@ def about(device, argv):
 def write_json(path, figures):
     """figures at path (none: nothing), written beside it and renamed over it: a kill leaves the last whole file."""
     if path:
-        with open(path + ".tmp", "w") as f:
-            json.dump(figures, f, indent=1)
-        os.replace(path + ".tmp", path)
+        runfiles.write_json(os.path.dirname(path), os.path.basename(path), figures)
 
 
 def child(cmd, tmp, what, timeout=None):

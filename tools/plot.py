@@ -84,7 +84,8 @@ def number(v):
 def save(plt, fig, path):
     if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
         fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    with runfiles.replacing(path, "wb") as f:
+        fig.savefig(f, dpi=DPI, format=os.path.splitext(path)[1][1:] or "png")
     plt.close(fig)
     print(f"wrote {path}")
     return path

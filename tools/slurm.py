@@ -122,8 +122,8 @@ class Train:
         preempt = getattr(signal, "SIG" + JobEnvironment.USR_SIG)
         started = os.path.exists(os.path.join(self.out, "config.json"))  # train.py refuses --resume of nothing
         argv = [sys.executable, TRAIN, *self.argv] + (["--resume"] if started else [])
-        with open(os.path.join(self.out, "train.log"), "a") as log, \
-                open(os.path.join(self.out, "train.err"), "a") as err:
+        with runfiles.open_log(os.path.join(self.out, "train.log")) as log, \
+                runfiles.open_log(os.path.join(self.out, "train.err")) as err:
             at = err.tell()
             self.proc = subprocess.Popen(argv, stdout=log, stderr=err, preexec_fn=lambda: leave_to_the_job(preempt))
             try:
@@ -181,9 +181,7 @@ def read_record(d):
 
 
 def write_record(d, record):
-    with open(os.path.join(d, RECORD + ".tmp"), "w") as f:
-        json.dump(record, f)
-    os.replace(os.path.join(d, RECORD + ".tmp"), os.path.join(d, RECORD))
+    runfiles.write_json(d, RECORD, record)
 
 
 # ---------------------------------------------------------------- where each job stands
@@ -292,7 +290,12 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
             handles = [ex.submit(Train(job["argv"], job["dir"])) for _, job in new]
         for (i, job), h in zip(new, handles):
             record = dict(job_id=h.job_id, cluster=cluster, folder=folder)
-            write_record(job["dir"], record)
+            try:
+                write_record(job["dir"], record)
+            except runfiles.WriteError as e:  # the jobs run regardless: a second submission must not start them again
+                ids = " ".join(h.job_id for h in handles)
+                raise runfiles.WriteError(f"{e}; jobs {ids} were submitted and run", f"{e.fix}, wait for those jobs "
+                                          f"to end (or scancel {ids})") from None
             pending[job["name"]] = ("queued", record)
             print(f"[{i + 1}/{len(todo)}] {job['name']}: submitted as job {h.job_id} "
                   f"(logs: {job['dir']}/train.err, {h.paths.folder}/)", flush=True)

@@ -100,8 +100,8 @@ def run_jobs(todo, gpus=0, jobs=1):
 
 def start(i, job, env):
     claim(job)
-    log = open(os.path.join(job["dir"], "train.log"), "a")
-    err = open(os.path.join(job["dir"], "train.err"), "a")
+    log = runfiles.open_log(os.path.join(job["dir"], "train.log"))
+    err = runfiles.open_log(os.path.join(job["dir"], "train.err"))
     started = os.path.exists(os.path.join(job["dir"], "config.json"))  # train.py refuses --resume of nothing
     argv = job["argv"] + (["--resume"] if started else [])
     proc = subprocess.Popen([sys.executable, TRAIN, *argv], stdout=log, stderr=err, env={**os.environ, **env})
@@ -373,14 +373,14 @@ def main(argv=None, cluster="slurm"):
     if args.dry_run:
         print_commands(job["argv"] for job in todo)
         return 0
-    if args.launcher == "slurm":
-        failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
-    else:
-        waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
-        try:
+    try:
+        if args.launcher == "slurm":
+            failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
+        else:
+            waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
             failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
-        except runfiles.WriteError as e:  # a run's sweep.json: the runs under way have stopped at their checkpoints
-            raise kept_going(e, sweep_dir) from None
+    except runfiles.WriteError as e:  # a run's sweep.json or logs, a job's record: the runs under way have stopped
+        raise kept_going(e, sweep_dir) from None  # at their checkpoints (a Slurm job goes on)
     hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \
         hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
     trained = 0.0

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import models
 from noise import add_noise
-from training import datasets, images, rundir
+from training import datasets, images, ranks, rundir
 from training.cifar_n import human_labels
 from training.batches import Batches, Placement, Spec
 from training.config import pick_device
@@ -33,6 +33,7 @@ def setup_distributed():
         return 0, 1, 0
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
+    ranks.begin(dist.get_rank(), dist.get_world_size())  # from here on the ranks stop together (training/ranks.py)
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
 
 

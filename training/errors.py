@@ -3,6 +3,7 @@ studies.NAME).
 
 UserError -- bad input (a flag, the data, a run directory); str(error) is one line that says what to do.
              Every refusal raises one: config.resolve's, images.DataError, rundir.RunError, each tool's own.
+WriteError -- a file that could not be written (a full disk): the UserError of training/runfiles.py's write path
 Parser    -- argparse's parser with a bad flag as a UserError: one line, not the usage and a line. The one
              parser of train.py, evaluate.py and every tool
 one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stderr and exit code 2, with no
@@ -25,18 +26,45 @@ class UserError(ValueError):
     """Bad input. str(error) is one line: what was wrong and what to do."""
 
 
+class WriteError(UserError):
+    """A file that could not be written (training/runfiles.py: its partial file already removed). str(error) is one
+    line: the file, the cause and the free space there; `fix` says what to do before going on (free some space, ...).
+    Where an entry point does not say more, one_line adds the fix and what to run again."""
+
+    def __init__(self, message, fix="once it can be written again"):
+        super().__init__(message)
+        self.fix = fix
+
+
 @contextlib.contextmanager
-def one_line(prog, stopped="stopped by Ctrl-C"):
+def one_line(prog, stopped="stopped by Ctrl-C", again="run the same command again"):
     """Report the project's own errors in one line (exit 2) and Ctrl-C in one line (exit 130, `stopped` says
-    what is kept and how to go on). A context manager, and a decorator of a main: @one_line("train.py")."""
+    what is kept and how to go on); a file that could not be written says its fix, then `again`. A context manager,
+    and a decorator of a main: @one_line("train.py")."""
     try:
         yield
+    except WriteError as e:
+        say(f"{named(prog)}: error: {' '.join(str(e).splitlines())}; {e.fix}, then {again}")
+        raise SystemExit(2) from None
     except UserError as e:
-        print(f"{prog}: error: {' '.join(str(e).splitlines())}", file=sys.stderr, flush=True)
+        say(f"{named(prog)}: error: {' '.join(str(e).splitlines())}")
         raise SystemExit(2) from None
     except KeyboardInterrupt as e:
-        print(f"{prog}: {stopped.replace('by Ctrl-C', 'by ' + stopped_by(e), 1)}", file=sys.stderr, flush=True)
+        say(f"{named(prog)}: {stopped.replace('by Ctrl-C', 'by ' + stopped_by(e), 1)}")
         raise SystemExit(exit_code(e)) from None
+
+
+def named(prog):
+    """prog as its lines name it: under torchrun with more than one process, with this process's rank."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    return prog if rank is None or world == "1" else f"{prog} (rank {rank} of {world})"
+
+
+def say(line):
+    """line on stderr. Where stderr cannot take it either (a sweep's train.err on the same full disk), the exit code
+    still tells, and no traceback follows."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
 
 
 class Terminated(KeyboardInterrupt):

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from label_correction import confidence_from_sum
 from mutual import NAMES
+from training import ranks
 
 
 def epoch_row(s, results, head, num_classes, known_clean):
@@ -100,13 +101,15 @@ def evaluate(nets, evals, autocast, device):
     m, out = len(nets), {}
     for name, batches in evals.items():
         c = torch.zeros(m + 2, device=device)  # correct per model, correct ensemble, samples
-        for x, y, _ in batches.epoch(0, 0):
-            with torch.autocast(**autocast):
-                z = [net(x) for net in nets]
-            p = [F.softmax(z_k.float(), -1) for z_k in z]
-            c += torch.stack([(p_k.argmax(-1) == y).sum() for p_k in p] + [
-                (sum(p[1:], p[0]).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
+        with ranks.held():  # under torchrun, an image this rank cannot read stops every rank at the agreement below
+            for x, y, _ in batches.epoch(0, 0):
+                with torch.autocast(**autocast):
+                    z = [net(x) for net in nets]
+                p = [F.softmax(z_k.float(), -1) for z_k in z]
+                c += torch.stack([(p_k.argmax(-1) == y).sum() for p_k in p] + [
+                    (sum(p[1:], p[0]).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
         if dist.is_available() and dist.is_initialized():
+            ranks.agree()
             dist.all_reduce(c)
         *correct, e, n = c.tolist()
         out.update(accuracies("test" if not out else name, correct, e, n))  # the first set is "the" test set

@@ -11,10 +11,13 @@ last_metrics        -- metrics.jsonl's last line
 append_entropy_hist -- the epoch's histograms of H(p) into entropy_hist.npz
 trim_entropy_hist   -- drop its epochs after a checkpoint's (an epoch whose files could not all be written)
 read_json, write_json -- config.json, summary.json, weights.json, diverged.json (written atomically)
-replacing, appending  -- the one way every file of a run is written: whole or not at all, or added to; a write
-                       that fails (a full disk or quota, EIO, torch.save's own error) leaves no partial file and
-                       raises WriteError
-WriteError          -- such a failure: one line naming the file, the cause and the free space there
+write_text          -- a text file (a table, a report), written atomically
+replacing, appending  -- the one way every file the project writes is written: whole or not at all, or added to;
+                       a write that fails (a full disk or quota, EIO, torch.save's own error) leaves no partial
+                       file and raises WriteError
+open_log            -- a log that a child process appends to (train.log, train.err of a sweep's or a job's run)
+checked_stdout      -- stdout as a WriteError too: a `> log` on a full disk, a sweep's train.log
+WriteError          -- such a failure (training/errors.py): one line naming the file, the cause and the free space there
 """
 import contextlib
 import errno
@@ -22,10 +25,11 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import numpy as np
 
-from training.errors import UserError
+from training.errors import WriteError
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")  # what a run writes first, or keeps while it runs
 FINISHED, DIVERGED, STARTED, NEW = "finished", "diverged", "started", "new"
@@ -132,16 +136,12 @@ def write_json(out, name, obj):
         json.dump(obj, f, indent=1)
 
 
+def write_text(path, text):
+    with replacing(path) as f:
+        f.write(text)
+
+
 # ---------------------------------------------------------------- the one write path
-class WriteError(UserError):
-    """A run's file that could not be written, its partial file already removed. str(error) is one line: the
-    file, the cause and the free space there; `fix` says what to do before going on (free some space, ...)."""
-
-    def __init__(self, message, fix="once it can be written again"):
-        super().__init__(message)
-        self.fix = fix
-
-
 FIXES = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some of your quota"}
 
 
@@ -211,3 +211,63 @@ def appending(path):
         if failed is None:
             raise
         raise failed from e
+
+
+def open_log(path, mode="a"):
+    """path opened to be added to ("a"; "w": begun anew), for a child process's stdout or stderr (a sweep's or a
+    Slurm job's train.log and train.err): a log that cannot be opened (a full disk, a read-only folder) is a
+    WriteError, not a traceback. What the child writes into it is the child's to report (train.py: checked_stdout)."""
+    try:
+        return open(path, mode)
+    except OSError as e:
+        raise write_error(path, e) from e
+
+
+class _Checked:
+    """A text stream whose write or flush that fails raises WriteError once, naming the file behind it; after
+    that its file descriptor points at /dev/null, so that nothing fails again at exit."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise stdout_error(self._stream, e) from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise stdout_error(self._stream, e) from None
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
+def stdout_error(stream, err):
+    """The WriteError of stream (stdout), named by its file where it is one (`> log`, a sweep's train.log); what the
+    stream still buffers goes to /dev/null from now on."""
+    where = "stdout"
+    try:
+        fd = stream.fileno()
+        if os.path.isdir("/proc/self/fd") and os.readlink(f"/proc/self/fd/{fd}").startswith("/"):  # Linux: the file
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    except (OSError, ValueError, AttributeError):  # not a file (a test's capture): nothing is buffered at exit
+        pass
+    return write_error(where, err, free=where != "stdout")
+
+
+@contextlib.contextmanager
+def checked_stdout():
+    """Within the block, a print to stdout that fails (its file on a full disk) raises WriteError, and what stdout
+    buffers is flushed at the block's end, where that can still be reported in one line, not at exit."""
+    stream = sys.stdout
+    sys.stdout = _Checked(stream)
+    try:
+        yield
+        sys.stdout.flush()
+    finally:
+        sys.stdout = stream
