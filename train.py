@@ -40,12 +40,13 @@ import torch.distributed as dist
 
 from label_correction import confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
-from training import datasets, graph, images, ranks, rundir, runfiles
+from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, check_train_size, eval_batches, given_labels, load_data
 from training.config import get_args, method_of, resolve
 from training.errors import UserError, exit_code, named, one_line, say, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
+from training.ranks import Ranks
 from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, tensorboard
 
 
@@ -99,7 +100,7 @@ def main(argv=None):
                 loop.progress.clear()
                 kept = f"kept the checkpoint of epoch {epoch}" if epoch else "no epoch had finished to checkpoint"
                 raise UserError(f"loss became NaN/inf in epoch {epoch + 1}; {kept}. Try a lower --lr or --amp off")
-            results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device)
+            results = evaluate(loop.fwd, evals, loop.precision.autocast, setup.device, setup.ranks)
             # chi in the row is the step's (Method.chis_at) at the epoch's end (t = epoch + 1); entropy_hist.npz
             # also keeps it at the start (t = epoch), so that each histogram can be read against both lines of its epoch
             chis = [method.chis_at(t, args.epochs, d.num_classes, len(models.nets)) for t in (epoch, epoch + 1)]
@@ -109,11 +110,11 @@ def main(argv=None):
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
-        ranks.agree()  # under torchrun: rank 0 has written the run's last files
+        setup.ranks.agree()  # under torchrun: rank 0 has written the run's last files
     except (KeyboardInterrupt, datasets.DataError, runfiles.WriteError) as e:
-        stopped(ranks.settled(e), run, argv, loop.progress, setup.rank)  # every rank at once, under torchrun
+        stopped(setup.ranks.settled(e), run, argv, loop.progress, setup.ranks)  # under torchrun, every rank at once
     if dist.is_initialized():
-        ranks.end()
+        setup.ranks.end()
         dist.destroy_process_group()
     return summary
 
@@ -141,8 +142,9 @@ def open_run(args, setup):
 
 class Loop(NamedTuple):
     """What every epoch uses: the models as called (DDP- or torch.compile-wrapped), their optimisers and lr
-    schedules, the batches, the method, the run's length and seed, the precision, the progress line, and the
-    step: mutual_step on these models, eager or replayed (training/graph.py, --graph)."""
+    schedules, the batches, the method, the run's length and seed, the precision, the progress line, the
+    step: mutual_step on these models, eager or replayed (training/graph.py, --graph), and under torchrun the
+    ranks' agreement before each step (training/ranks.py)."""
     fwd: list
     models: rundir.Models
     batches: Batches
@@ -152,6 +154,7 @@ class Loop(NamedTuple):
     precision: Precision
     progress: Progress
     step: object  # (batch, chi, r, clock) -> (sums, hist)
+    ranks: Ranks
 
     @classmethod
     def of(cls, args, setup, models, method, batches):
@@ -174,7 +177,8 @@ class Loop(NamedTuple):
             return mutual_step(fwd, models.opts, batch, method, chi, r, clock, precision)
 
         return cls(fwd, rundir.Models(nets, models.opts, models.lr_scheds), batches, method, args.epochs, args.seed,
-                   precision, progress, graph.replayed(setup.config["graph"], step, models.opts, method, setup.device))
+                   precision, progress, graph.replayed(setup.config["graph"], step, models.opts, method, setup.device),
+                   setup.ranks)
 
 
 def data_and_labels(args, run, setup):
@@ -215,7 +219,7 @@ def train_epoch(loop, epoch, r, k):
     def running_losses():  # L_A, L_B so far; waits for the device, so only when a progress line is due
         return (acc[losses] / acc[names.index("samples")]).tolist()
 
-    for i, batch in enumerate(ranks.agreed(batches.epoch(loop.seed, epoch))):  # under torchrun, the ranks go on
+    for i, batch in enumerate(loop.ranks.agreed(batches.epoch(loop.seed, epoch))):  # under torchrun, the ranks go on
         # together: a rank that cannot, stops them all here (training/ranks.py)
         clock = Clock(epoch, i, steps, loop.epochs, loop.seed)
         chi = loop.method.chis_at(clock.t, loop.epochs, k, m)  # Eq. 7 at fractional epochs, one per model
@@ -267,21 +271,21 @@ def finish(args, row, run, models, meta, writer):
     return summary
 
 
-def stopped(err, run, argv, progress, rank):
+def stopped(err, run, argv, progress, ranks):
     """Ctrl-C, SIGTERM, an image that cannot be read or a file that cannot be written (a full disk), in the
     middle of training: add the time of the epoch cut short to the checkpoint's total, then one line that says
     where the run stopped, what is kept and the command that resumes it. Exit 130 or 143 (128 + SIGINT or
     SIGTERM, what a shell reports for them) or 2 (bad data, a full disk), as one_line would. Under torchrun every
     rank stops here at once (training/ranks.py) and says rank 0's line: only rank 0 knows what its files hold."""
     progress.clear()
-    line = ranks.share(stop_line(err, run, argv, progress) if rank == 0 else None)
+    line = ranks.share(stop_line(err, run, argv, progress, ranks) if ranks.rank == 0 else None)
     error = isinstance(err, (datasets.DataError, runfiles.WriteError))
     say(f"{named('train.py')}: {'error: ' if error else ''}{line}")
     ranks.said()  # every rank has said its line before any exits (torchrun stops the others when one does)
     sys.exit(2 if error else exit_code(err))
 
 
-def stop_line(err, run, argv, progress):
+def stop_line(err, run, argv, progress, ranks):
     """What stopped(err) says: where the run stopped, what is kept, what to do; the time of the epoch cut short added
     to the checkpoint's total."""
     with rundir.uninterrupted(deliver=False):  # a second Ctrl-C or SIGTERM lets the bookkeeping finish
@@ -298,7 +302,7 @@ def stop_line(err, run, argv, progress):
         kept += ", and metrics.jsonl the epochs up to it" if run.resumable and run.stopwatch.saved else ""
         then = f"{err.fix}, then {resume}" if run.resumable else resume
         return f"{err} ({where}); {kept}; {then}"
-    to = f" sent to rank {err.rank}" if getattr(err, "rank", None) is not None and ranks.world()[1] > 1 else ""
+    to = f" sent to rank {err.rank}" if getattr(err, "rank", None) is not None and ranks.world > 1 else ""
     return f"stopped by {stopped_by(err)}{to} {where}; {kept}; {resume}"
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ import torch.distributed as dist
 
 import models
 from noise import add_noise
-from training import datasets, images, ranks, rundir
+from training import datasets, images, rundir
 from training.cifar_n import human_labels
 from training.batches import Batches, Placement, Spec
 from training.config import pick_device
 from training.errors import UserError
+from training.ranks import ALONE, Ranks
 
 
 def setup_distributed():
@@ -33,7 +34,6 @@ def setup_distributed():
         return 0, 1, 0
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
-    ranks.begin(dist.get_rank(), dist.get_world_size())  # from here on the ranks stop together (training/ranks.py)
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
 
 
@@ -135,7 +135,7 @@ def check_input_size(nets, archs, train, setup):
 
 class Setup(NamedTuple):
     """Where and how this process computes: its rank among torchrun's processes, the device, the autocast
-    precision and memory format, and the config.json record of every setting."""
+    precision and memory format, the config.json record of every setting, and how the ranks stop together."""
     rank: int
     world: int
     local_rank: int
@@ -143,6 +143,7 @@ class Setup(NamedTuple):
     amp: str            # bf16 | fp16 | off
     channels_last: str  # on | off
     config: dict
+    ranks: Ranks = ALONE  # under torchrun, the agreement of every rank (training/ranks.py)
 
     @classmethod
     def of(cls, args):
@@ -152,7 +153,8 @@ class Setup(NamedTuple):
         channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
         config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
         config.update(amp=amp, channels_last=channels_last, world_size=world)
-        return cls(rank, world, local_rank, device, amp, channels_last, config)
+        ranks = Ranks(rank, world, distributed=True) if dist.is_initialized() else ALONE  # they stop together from here
+        return cls(rank, world, local_rank, device, amp, channels_last, config, ranks)
 
     @property
     def fmt(self):

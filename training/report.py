@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from label_correction import confidence_from_sum
 from mutual import NAMES
-from training import ranks
+from training.ranks import ALONE
 
 
 def epoch_row(s, results, head, num_classes, known_clean):
@@ -93,9 +93,10 @@ def epoch_line(row, m=2):
 
 
 @torch.no_grad()
-def evaluate(nets, evals, autocast, device):
+def evaluate(nets, evals, autocast, device, ranks=ALONE):
     """Top-1 accuracy (%) of each model (A, B, ...), their mean, and of their averaged probabilities, per
-    test set: {test_acc_a, test_acc_b, ..., test_acc_mean, test_acc_ens}; the first set is "test"."""
+    test set: {test_acc_a, test_acc_b, ..., test_acc_mean, test_acc_ens}; the first set is "test". ranks: under
+    torchrun, training/ranks.py's agreement, reached before each set's counts are summed over the ranks."""
     for n in nets:
         n.eval()
     m, out = len(nets), {}
