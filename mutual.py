@@ -56,32 +56,38 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None):
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
     q = one_hot(y, z[0].shape[-1])                                       # (N, K) the given labels
-    q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], clock.progress)  # q~_A, no gradient
-    q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock.progress)  # q~_B
+    q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], clock)  # q~_A, no gradient
+    q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
     chi = per_model(chi, 2)
     loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, (chi[0], chi[1]))
-    loss_a = self_loss(method, z[0], logp_a, q, q_a, y) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
-    loss_b = self_loss(method, z[1], logp_b, q, q_b, y) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
+    loss_a = self_loss(method, z[0], logp_a, q, q_a, y, clock) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
+    loss_b = self_loss(method, z[1], logp_b, q, q_b, y, clock) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
     return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
 
 
-def targets(method, q, p, h, r, progress):
+def correction(method, clock):
+    """The label correction of this step: the run's (--lc), or CE during its first method.warmup epochs (a stage
+    any correction may have: DMI's CE pretraining, a warm-up before Forward's estimate)."""
+    return LABEL_CORRECTIONS["ce" if method.warmup and clock.epoch < method.warmup else method.lc]
+
+
+def targets(method, q, p, h, r, clock):
     """q~ of one model (appendix, "Label Correction"): its label correction's (label_correction.LABEL_CORRECTIONS).
-    q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8); progress = t/Γ for ProSelfLC. CP, Tf-KD_reg and GCE are
-    losses, not targets: their models distil the given label q.
+    q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8); clock: a Clock (ProSelfLC's t/Γ, the warm-up). CP, Tf-KD_reg,
+    GCE and Table 3's losses (robust.py) are losses, not targets: their models distil the given label q.
     """
-    target = LABEL_CORRECTIONS[method.lc].target
-    return q if target is None else target(q, p, h, r, progress, method)
+    target = correction(method, clock).target
+    return q if target is None else target(q, p, h, r, clock.progress, method)
 
 
-def self_loss(method, logits, logp, q, q_tilde, y):
+def self_loss(method, logits, logp, q, q_tilde, y, clock):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
-    own loss (CP, Tf-KD_reg and GCE: label_correction.py).
+    own loss (CP, Tf-KD_reg, GCE: label_correction.py; Table 3's: robust.py).
     logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
-    q_tilde: (N, K) the model's own target; y: (N,) given labels as integers.
+    q_tilde: (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock.
     """
-    loss = LABEL_CORRECTIONS[method.lc].loss
-    return soft_cross_entropy(q_tilde, logp).mean() if loss is None else loss(logits, logp, q, y, method)
+    loss = correction(method, clock).loss
+    return soft_cross_entropy(q_tilde, logp).mean() if loss is None else loss(logits, logp, q, y, method, clock)
 
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
@@ -92,7 +98,7 @@ def own_targets(z, y, method, r, clock):
     (M x (N, K), without gradient)."""
     logp, h = zip(*(log_probs(z_k) for z_k in z))
     q = one_hot(y, z[0].shape[-1])
-    q_tilde = [targets(method, q, logp_k.detach().exp(), h_k, r_k, clock.progress)
+    q_tilde = [targets(method, q, logp_k.detach().exp(), h_k, r_k, clock)
                for logp_k, h_k, r_k in zip(logp, h, r)]
     return list(logp), list(h), q, q_tilde
 
@@ -111,7 +117,7 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None):
             logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], (chi[a], chi[b]), None if draws is None else draws[i])
         distilled[a].append(loss_b2a)
         distilled[b].append(loss_a2b)
-    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y) + mean(distilled[k]) for k in range(m)]
+    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y, clock) + mean(distilled[k]) for k in range(m)]
     return Objective(losses, taught, q_tilde, h)
 
 
@@ -209,6 +215,10 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     for o in opts:
         o.zero_grad(set_to_none=True)
     precision.scaler.scale(total).backward()
+    rule = correction(method, clock).grad_rule  # CDR's: a rule on each model's gradients, before its step
+    if rule is not None:
+        for net in nets:
+            rule(net.parameters(), method)
     for o in opts:
         precision.scaler.step(o)
     precision.scaler.update()
@@ -335,7 +345,7 @@ def knobs_read(mode, lc):
     mode and lc themselves, η and b where the mode's are tunable, the mode's knobs and, where it has a threshold
     (it trains on q~), its label correction's (Mode.knobs, label_correction.Correction.knobs)."""
     x, c = MODES[mode], LABEL_CORRECTIONS[lc]
-    own = c.knobs if x.thresholds is not None else ()
+    own = (*c.knobs, *(("warmup",) if lc != "ce" else ())) if x.thresholds is not None else ()
     controls = () if c.loss is None else ("peer_weight",)  # a mean of two cross-entropies with targets: q~ only
     return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *own, *(k for k in x.knobs if k not in controls)}
 
@@ -357,8 +367,8 @@ def positive(v):
 @dataclass(frozen=True)
 class Comparators:
     """The settings of the methods CMD is compared with (Tables 2-4: Tf-KD_reg, GCE, MKD, KDCL, Co-teaching,
-    Co-teaching+, JoCoR), none of them the paper's own. Held by Method.comparators; each field is also
-    train.py's flag of the same name, with this default and help."""
+    Co-teaching+, JoCoR; Table 3's APL, MentorNet PD and CDR, robust.py), none of them the paper's own. Held by
+    Method.comparators; each field is also train.py's flag of the same name, with this default and help."""
     tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
                          (lambda v: 0 < v < 1, "in (0, 1)"))
     tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
@@ -381,6 +391,18 @@ class Comparators:
                                   (lambda v: v >= 0, "at least 0"))
     jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
                                      "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
+    apl_alpha: float = knob(10.0, "APL: α of its active loss, NCE (--lc apl; the authors' CIFAR-100 value)",
+                            (lambda v: 0 <= v < math.inf, "at least 0"))
+    apl_beta: float = knob(0.1, "APL: β of its passive loss, RCE (--lc apl; the authors' CIFAR-100 value)",
+                           (lambda v: 0 <= v < math.inf, "at least 0"))
+    mentornet_percentile: float = knob(0.7, "MentorNet PD: the percentile p of the batch's losses below which a "
+                                            "sample counts (--lc mentornet; the authors' flag default)",
+                                       (lambda v: 0 < v <= 1, "in (0, 1]"))
+    mentornet_burn_in: float = knob(0.18, "MentorNet PD: the fraction of training during which every sample counts "
+                                          "(--lc mentornet; the authors' predefined curriculum: 18%%)", (unit, "in [0, 1]"))
+    cdr_rate: float | None = knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate "
+                                        "with --noise sym/pair, as the authors' code sets it; give it otherwise)",
+                                  (lambda v: 0 <= v < 1, "in [0, 1)"))
 
 
 @dataclass(frozen=True)
@@ -414,7 +436,11 @@ class Method:
     proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
     mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
     mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
+    warmup: int = knob(0, "epochs of plain CE (the given labels) before --lc's target or loss applies: a first stage "
+                          "any label correction may have, as DMI's CE pretraining", (lambda v: v >= 0, "at least 0"))
     comparators: Comparators = field(default_factory=Comparators)
+    noise: tuple | None = None  # (kind, rate) of the run's synthetic noise, for the methods that read its true T
+    # (Forward, CDR's τ); None where the noise is not synthetic. Not a flag: train.py's --noise and --rate set it.
 
     def chi_at(self, t, total, num_classes):
         """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for mkd,

@@ -582,7 +582,7 @@ def report_table(runs, study, choice, seeds):
     if study is DEMO:
         lines = ["| row | lr | η, b | final test acc (mean of models) | ensemble | early-stopped test acc | "
                  "Δ vs zero, same lc (95% t-interval) | ahead | Δ vs all knowledge | ahead | memorised (end) | "
-                 "selected | precision | recall |", "|---" * 14 + "|"]
+                 "taught | precision | recall |", "|---" * 14 + "|"]
         for row, s in settings.items():
             if row not in got:
                 lines.append(f"| {DEMO.rows[row][0]} | not run |" + " |" * 10)
@@ -593,7 +593,7 @@ def report_table(runs, study, choice, seeds):
             lines.append(f"| {label} | {s.lr:g} | {'–' if s.eta is None else f'{s.eta:g}, {s.b:g}'} | " +
                          " | ".join([*c[:3], *compared[0], *compared[1], *c[3:]]) + " |")
         return lines
-    lines = ["| row | lr | final test acc | early-stopped test acc | memorised (end) | selected | precision | "
+    lines = ["| row | lr | final test acc | early-stopped test acc | memorised (end) | taught | precision | "
              "recall | seeds |", "|---" * 9 + "|"]
     for row, by_seed in got.items():
         lines.append(f"| {study.rows[row][0]} | {settings[row].lr:g} | " +

@@ -634,7 +634,7 @@ def noise_section(lines, noise, size):
                " Until REGIMES in studies/recipe.py is hardened (60% noise, or more epochs) in a commit of its own, "
                "the next waves run the same regime: they add seeds, not an answer."
                if ok is False else ""), "",
-           "| row | n | final test acc | best-epoch test acc | memorised (end) | selected | precision | recall | "
+           "| row | n | final test acc | best-epoch test acc | memorised (end) | taught | precision | recall | "
            "paper, CIFAR-100 |", "|---" * 9 + "|"]
     for row in REGIMES[size].rows:
         seeds = got.get(row, {})

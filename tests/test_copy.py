@@ -2,8 +2,8 @@
 
 docs/copy.md's block, with the functions it says to paste (the file `python -m tools.cmdloss` writes), runs in a
 fresh interpreter in an empty directory, and its line per epoch (χ, taught fractions, mean H(p), r, the taught
-samples' clean share, losses) follows mutual_step (CMD-P + MyLC, Method's defaults) and train.py's r, over a run
-long enough for r to pass rho; without clean labels it prints the same line less the clean share; stopped after
+targets' precision, losses) follows mutual_step (CMD-P + MyLC, Method's defaults) and train.py's r, over a run
+long enough for r to pass rho; without clean labels it prints the same line less the precision; stopped after
 epoch 3 and resumed by the page's lines, it prints the same lines. The README's copy section holds the same block.
 losses.cmd_loss pasted alone below `import math, torch, F`, and schedule.py copied whole, give the objective's
 numbers on a random batch; the noise's file `tools.cmdloss --noise` writes gives the project's noisy labels. The
@@ -30,6 +30,7 @@ import mutual
 import noise
 import schedule
 from mutual import Clock, Method, Precision, mutual_step, sum_names
+from test_house import legend
 from tools import cmdloss
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -39,7 +40,8 @@ MODULES = {"schedule.py": schedule, "losses.py": losses, "label_correction.py": 
 TOL = 1e-5
 LINE = re.compile(r"epoch +(?P<epoch>\d+) \| chi (?P<chi>\S+) \| taught b2a (?P<taught_b2a>\S+) a2b (?P<taught_a2b>\S+) \| "
                   r"mean H\(p\) (?P<h_a>\S+) (?P<h_b>\S+) \| r (?P<r_a>\S+) (?P<r_b>\S+)"
-                  r"(?: \| clean share b2a (?P<clean_b2a>\S+) a2b (?P<clean_a2b>\S+))? \| loss (?P<loss_a>\S+) (?P<loss_b>\S+)")
+                  r"(?: \| precision b2a (?P<precision_b2a>\S+) a2b (?P<precision_a2b>\S+))? \| loss (?P<loss_a>\S+) "
+                  r"(?P<loss_b>\S+)")
 
 
 def blocks_in(path, heading, lang="python"):
@@ -115,6 +117,20 @@ def variants(block):
     return "\n".join([block, no_clean, stopped, resumed])
 
 
+def quoted_lines():
+    """The epoch lines docs/copy.md quotes below its block."""
+    text = open(GUIDE).read()
+    quote = text[text.index("It prints one line per epoch"):].split("```")[1]
+    return [line for line in quote.splitlines() if line.startswith("epoch")]
+
+
+def close(quoted, printed, digits=10):
+    """The same line but for its numbers, each within `digits` units of its last printed decimal."""
+    a, b = (re.split(r"(-?\d+\.\d+)", line) for line in (quoted, printed))
+    return len(a) == len(b) and all(x == y if i % 2 == 0 else abs(float(x) - float(y)) <= digits * 10 ** -len(
+        x.split(".")[1]) for i, (x, y) in enumerate(zip(a, b)))
+
+
 def test_the_readme_holds_docs_copy_md_s_block():
     readme = blocks_in(os.path.join(HERE, "README.md"), "## Copy the loss")
     assert readme == [guide_block()], "the README's copy block differs from docs/copy.md's"
@@ -145,6 +161,10 @@ def test_the_guides_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     rows = [LINE.fullmatch(line) for line in printed]
     assert all(rows), [line for line, row in zip(printed, rows) if not row]
     rows = [row.groupdict() for row in rows]
+    quoted = quoted_lines()  # the page quotes the block's lines; another machine may move their last digits
+    assert len(quoted) == len(rows) // 3 and all(close(q, p) for q, p in zip(quoted, printed)), (quoted, printed)
+    words = {re.sub(r" +[-\d.]+| [ab]2[ab]", "", field).strip() for field in printed[0].split(" | ")}
+    assert words <= set(legend()), f"the block says {words - set(legend())}, which docs/training.md's legend lacks"
 
     # The same data and models, trained by the project: mutual_step with Method's defaults, train.py's r.
     import train  # imported here, as the other tests do: its r function, which tools.batched shares
@@ -170,10 +190,10 @@ def test_the_guides_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
             acc += sums
         row, n = pasted_rows[epoch], acc[names.index("samples")].item()
         taught = {d: int(acc[names.index(f"selected_{d}")]) for d in ("b2a", "a2b")}
-        clean = {d: int(acc[names.index(f"clean_label_{d}")]) for d in ("b2a", "a2b")}
+        right = {d: int(acc[names.index(f"clean_{d}")]) for d in ("b2a", "a2b")}  # train.py's precision, counted
         exact += [(row["epoch"], str(epoch + 1)), (row["chi"], f"{chi:.4f}")]
         exact += [(row[f"taught_{d}"], f"{taught[d] / n:.4f}") for d in ("b2a", "a2b")]
-        exact += [(row[f"clean_{d}"], f"{clean[d] / taught[d]:.3f}" if taught[d] else "-") for d in ("b2a", "a2b")]
+        exact += [(row[f"precision_{d}"], f"{right[d] / taught[d]:.3f}" if taught[d] else "-") for d in ("b2a", "a2b")]
         for k, x in enumerate("ab"):  # printed to 4 decimals (losses to 6): the rounding, then TOL
             off[(epoch, f"r_{x}")] = abs(float(row[f"r_{x}"]) - float(r[k])) - 5e-5
             off[(epoch, f"h_{x}")] = abs(float(row[f"h_{x}"]) - acc[names.index(f"entropy_{x}")].item() / n) - 5e-5
@@ -186,12 +206,12 @@ def test_the_guides_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_pat
     assert min(float(v) for v in (pasted_rows[-1]["r_a"], pasted_rows[-1]["r_b"])) > method.mylc_rho
     taught = [float(row[f"taught_{d}"]) for row in pasted_rows for d in ("b2a", "a2b")]
     assert max(taught) > 0.1 and max(taught) < 0.9  # some taught, never the whole batch
-    assert any(row["clean_b2a"] not in ("-", "1.000") for row in pasted_rows)  # a noisy label among the taught
+    assert any(row["precision_b2a"] not in ("-", "1.000") for row in pasted_rows)  # a wrong target among the taught
     worst = max(off, key=off.get)
     assert off[worst] < TOL, f"{worst}: off by {off[worst]:.2g} beyond the rounding, {off[worst] / TOL:.3g} x the tolerance"
-    # without clean labels: the same line less the clean share; stopped and resumed: the same lines
-    assert all(row["clean_b2a"] is None for row in no_clean)
-    assert no_clean == [{**row, "clean_b2a": None, "clean_a2b": None} for row in pasted_rows]
+    # without clean labels: the same line less the precision; stopped and resumed: the same lines
+    assert all(row["precision_b2a"] is None for row in no_clean)
+    assert no_clean == [{**row, "precision_b2a": None, "precision_a2b": None} for row in pasted_rows]
     assert resumed == pasted_rows  # epochs 1-3 until stopped, then 4 on from the saved state
 
 
@@ -261,8 +281,8 @@ def test_at_ten_classes_and_40_percent_noise_the_blocks_eta_teaches_little_and_e
     # the numbers docs/copy.md quotes: η = 4 teaches 0.026-0.058 in epochs 2-3, η = 2 0.46-0.49 in epoch 2
     assert 0.02 < min(min(row["taught"]) for row in at[4.0][1:3]) and max(max(row["taught"]) for row in at[4.0][1:3]) < 0.06
     assert min(at[2.0][1]["taught"]) > 0.45
-    guide = open(GUIDE).read()
-    assert "η = 4 teaches 0.026–0.058" in guide and "η = 2 teaches\n  0.46–0.49 in epoch 2" in guide
+    guide = " ".join(open(GUIDE).read().split())
+    assert "η = 4 teaches 0.026–0.058" in guide and "η = 2 teaches 0.46–0.49 in epoch 2" in guide
     assert all(row["same"] for row in rows)
 
 

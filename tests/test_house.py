@@ -8,6 +8,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 
 import pytest
 from test_train import TINY, metrics
@@ -15,7 +16,8 @@ from test_train import TINY, metrics
 import baselines
 import mutual
 from mutual import Comparators, Method
-from training import config
+import train
+from training import config, runfiles
 from training.errors import UserError
 from training.report import epoch_line
 from training.synthetic import Synthetic
@@ -29,8 +31,8 @@ def actions():
 
 
 def knobs():
-    """Every field of Method and Comparators that is a flag: all but Method.comparators."""
-    return [f for kind in (Method, Comparators) for f in dataclasses.fields(kind) if f.name != "comparators"]
+    """Every field of Method and Comparators that is a flag: all but Method.comparators and Method.noise (the run's)."""
+    return [f for kind in (Method, Comparators) for f in dataclasses.fields(kind) if "help" in f.metadata]
 
 
 def test_every_method_flag_takes_its_default_and_help_from_method():
@@ -43,7 +45,7 @@ def test_every_method_flag_takes_its_default_and_help_from_method():
         else:
             assert a.default == f.default, f.name
     args = config.resolve(config.get_args(["--dataset", "synthetic"]))
-    assert config.method_of(args) == Method()
+    assert config.method_of(args) == Method(noise=("sym", 0.4))  # and the run's noise, which the flags give it
     # and a comparator's flag reaches its field
     args = config.resolve(config.get_args(["--dataset", "synthetic", "--mode", "jocor", "--jocor-lambda", "0.5"]))
     assert config.method_of(args).comparators.jocor_lambda == 0.5
@@ -56,7 +58,7 @@ def test_the_comparators_settings_are_not_the_papers_method_fields():
     assert others >= {"forget_rate", "num_gradual", "coteach_plus_init", "jocor_lambda", "kdcl_t", "kdcl_lambda",
                       "gce_q", "tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier", "mkd_eps"}
     groups = {g.title.split()[0]: {a.dest for a in g._group_actions} for g in config.parser()._action_groups}
-    assert groups["method"] == paper - {"comparators"} and groups["comparators"] == others
+    assert groups["method"] == paper - {"comparators", "noise"} and groups["comparators"] == others
 
 
 def test_changing_a_default_in_method_changes_the_flag(monkeypatch):
@@ -101,8 +103,8 @@ def row(sel_b2a, sel_a2b, prec=(0.5, 1.0)):
 
 def test_the_epoch_line_shows_a_few_selected_samples_as_below_a_hundredth():
     line = epoch_line(row(0.004, 0.0))
-    assert "sel b2a <0.01 a2b 0.00" in line and "prec 0.50 1.00" in line
-    assert "sel b2a 0.01 a2b 0.50" in epoch_line(row(0.005, 0.5))
+    assert "taught b2a <0.01 a2b 0.00" in line and "precision 0.50 1.00" in line
+    assert "taught b2a 0.01 a2b 0.50" in epoch_line(row(0.005, 0.5))
 
 
 def imports(path):
@@ -213,7 +215,7 @@ def test_the_papers_pair_reads_on_one_screen_without_cohorts_or_controls():
 
 def test_the_root_holds_the_paper_and_the_entry_points():
     py = sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py"))
-    assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines"}, py
+    assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines", "robust"}, py
     for folder in ("training", "tools", "studies", "tests"):
         assert os.path.isfile(os.path.join(HERE, folder, "__init__.py")) or folder == "tests"
 
@@ -341,3 +343,28 @@ def test_every_entry_point_reports_bad_input_and_ctrl_c_through_the_one_handler(
         caught = {ast.unparse(h.type) for n in ast.walk(main) if isinstance(n, ast.Try) for h in n.handlers if h.type}
         assert path.endswith("train.py") or not any("KeyboardInterrupt" in c for c in caught), (path, caught)
     assert mains >= 7
+
+
+def legend():
+    """docs/training.md's legend of the epoch line: {word: [metrics.jsonl keys]}."""
+    text = open(os.path.join(HERE, "docs", "training.md")).read()
+    table = text[text.index("| word | metrics.jsonl key | what it is |"):].split("\n\n")[0].splitlines()[2:]
+    return {re.match(r"\| `([^`]+)` \|", line).group(1): re.findall(r"`(\w+)`", line.split("|")[2]) for line in table}
+
+
+def test_every_word_of_the_epoch_line_is_the_docs_legends(tmp_path):
+    """One word per number: train.py's epoch line (from a real run) and runfiles.WORDS, which the plots and tables
+    read, use the words of docs/training.md's legend, and each word there names the metrics.jsonl keys it stands
+    for (tests/test_copy.py holds the copy block's line to the same legend)."""
+    words = legend()
+    out = str(tmp_path / "run")
+    train.main(["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "64", "--synthetic-test-size", "32",
+                "--epochs", "1", "--device", "cpu", "--out", out])
+    row = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    line = epoch_line(row)
+    said = [field.split()[0] for field in line.split(" | ")[:-1]] + [re.sub(r"[\d.]+", "", line.split(" | ")[-1])]
+    assert said == ["epoch", "lr", "loss", "noise", "chi", "taught", "precision", "test", "s"], line
+    assert set(said) <= set(words) and set(runfiles.WORDS.values()) <= set(words)
+    for key, word in runfiles.WORDS.items():  # each word stands for the keys its legend line names, and they exist
+        assert words[word] and all(k == key or k.startswith(key + "_") for k in words[word]), (word, words[word])
+        assert all(k in row for k in words[word] if not k.startswith("chi_")), (word, words[word])

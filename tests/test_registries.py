@@ -175,7 +175,8 @@ def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkey
 # ---------------------------------------------------------------- every knob reaches what a step computes
 
 KNOBS = [(kind, f) for kind in (Method, Comparators) for f in dataclasses.fields(kind)
-         if f.name not in ("mode", "lc", "comparators")]  # the axes are the registries, tested above
+         if f.name not in ("mode", "lc", "comparators", "noise")]  # the axes are the registries, tested above; noise
+# is the run's, not a knob
 
 
 def other_value(f):
@@ -184,6 +185,8 @@ def other_value(f):
         return "shuffled"
     if f.name == "peer_weight":
         return "mean"
+    if f.name == "warmup":
+        return 9  # past both epochs step_of trains (1 and 8)
     check = f.metadata["check"][0] if f.metadata["check"] else (lambda v: True)
     default = 0.2 if f.default is None else f.default  # forget_rate: the noise rate a run gives it
     if isinstance(default, int):  # epochs: num_gradual, coteach_plus_init
@@ -212,7 +215,7 @@ def step_of(method, m=2, epoch=1):
     precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
     sums, _ = mutual_step(nets, opts, (x, y, (y + 1) % 4), method, method.chis_at(clock.t, clock.epochs, 4, m),
                           [torch.tensor(0.6), torch.tensor(0.8)][:m], clock, precision)
-    return sums
+    return torch.cat([sums, *(p.detach().flatten() for n in nets for p in n.parameters())])  # and the update
 
 
 def accepted(mode, lc, f):
@@ -228,7 +231,7 @@ def accepted(mode, lc, f):
 def base_method(mode, lc):
     """The method each knob is changed from: the mode's own (η, b), b = −5 where it is tunable, τ = 0.2."""
     eta, b = mutual.MODES[mode].thresholds or (None, None)
-    return Method(mode=mode, lc=lc, eta=eta, b=-5.0 if mutual.MODES[mode].tunable else b,
+    return Method(mode=mode, lc=lc, eta=eta, b=-5.0 if mutual.MODES[mode].tunable else b, noise=("sym", 0.2),
                   comparators=Comparators(forget_rate=0.2))
 
 
@@ -339,7 +342,7 @@ def test_each_models_chi_from_chis_at_reaches_the_loss(tmp_path, monkeypatch):
         assert row["selected_a2b"] == 0 and row["selected_b2a"] == 1
         assert (row["chi"], row["chi_a"], row["chi_b"]) == (None, 0.0, 6.0)  # at the epoch's end, t = 1
         line = report.epoch_line(row)
-        assert " | chi A 0.00 B 6.00 | sel b2a 1.00 a2b 0.00 |" in line
+        assert " | chi A 0.00 B 6.00 | taught b2a 1.00 a2b 0.00 |" in line
         with np.load(os.path.join(d, "entropy_hist.npz")) as h:
             assert h["chi_start_models"].tolist() == [[0.0, 5.0]] and h["chi_end_models"].tolist() == [[0.0, 6.0]]
             assert np.isnan(h["chi_start"]).all() and np.isnan(h["chi_end"]).all()  # no one χ of both

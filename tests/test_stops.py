@@ -581,6 +581,13 @@ def said_by_ranks(err):
     return said
 
 
+def one_line_each(err, pattern):
+    """The line both ranks said, the same on each, matching pattern."""
+    said = said_by_ranks(err)
+    assert said[0] == said[1] and re.match(pattern, said[0]), err[-3000:]
+    return said[0]
+
+
 def resume_under_torchrun(line, out):
     """The command the line says, run: `your torchrun command with train.py FLAGS --resume`."""
     argv = shlex.split(re.search(r"resume with: your torchrun command with (.*)$", line).group(1))
@@ -599,12 +606,11 @@ def test_a_sigterm_to_one_rank_stops_both_at_the_same_step_a_line_each_and_resum
     t0 = time.time()
     _, err = proc.communicate(timeout=120)
     assert time.time() - t0 < 30, "the ranks took more than 30 s to stop"
-    said = said_by_ranks(err)
-    assert said[0] == said[1] and re.match(rf"stopped by SIGTERM sent to rank 1 in epoch 2/3 at step \d+/12; "
-                                           rf"{re.escape(out)}/checkpoint.pt holds epoch 1; resume with: ", said[0]), err
+    line = one_line_each(err, rf"stopped by SIGTERM sent to rank 1 in epoch 2/3 at step \d+/12; {re.escape(out)}/"
+                              rf"checkpoint.pt holds epoch 1; resume with: ")
     assert err.count("exitcode  : 143") >= 1 and torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)[
         "epoch"] == 1
-    resume_under_torchrun(said[0], out)
+    resume_under_torchrun(line, out)
     assert_same_run(out, ddp_full)
 
 
@@ -613,16 +619,13 @@ def test_a_full_disk_on_rank_0_stops_both_with_a_line_each_and_resumes_equal(ddp
     on to epoch 3; both stop there, each with rank 0's line, and resume once space is freed."""
     size = os.path.getsize(os.path.join(ddp_full, "checkpoint.pt"))
     out = os.path.join(small_disk(f"{size * 3 // 2 // 1024}k"), "run")
-    proc = torchrun(DDP, out, start_new_session=True)
-    _, err = proc.communicate(timeout=120)
-    said = said_by_ranks(err)
-    assert said[0] == said[1] and re.match(rf"error: on rank 0: cannot write {re.escape(out)}/checkpoint.pt: {ENOSPC}"
-                                           rf"\S+ \(in epoch 2/3 while writing its files\); {re.escape(out)}/checkpoint"
-                                           rf".pt holds epoch 1, and metrics.jsonl the epochs up to it; free some "
-                                           rf"space, then resume with: ", said[0]), err
+    _, err = torchrun(DDP, out, start_new_session=True).communicate(timeout=120)
+    line = one_line_each(err, rf"error: on rank 0: cannot write {re.escape(out)}/checkpoint.pt: {ENOSPC}\S+ \(in epoch "
+                              rf"2/3 while writing its files\); {re.escape(out)}/checkpoint.pt holds epoch 1, and "
+                              rf"metrics.jsonl the epochs up to it; free some space, then resume with: ")
     assert "exitcode  : 2" in err and not leftovers(out) and len(metrics(out)) == 1
     small_disk("64m")
-    resume_under_torchrun(said[0], out)
+    resume_under_torchrun(line, out)
     assert_same_run(out, ddp_full)
 
 
@@ -639,13 +642,11 @@ def test_an_image_one_rank_cannot_read_stops_both_with_a_line_each_and_resumes_e
     assert proc.communicate(timeout=300) and proc.returncode == 0
     victim.write_bytes(good[:40])  # the header survives: it fails only when decoded
     out = str(tmp_path / "run")
-    proc = torchrun(flags, out, start_new_session=True)
-    _, err = proc.communicate(timeout=120)
-    said = said_by_ranks(err)
-    assert said[0] == said[1] and re.match(rf"error: on rank [01]: cannot read image {re.escape(str(victim))} \(.*\); "
-                                           rf"replace or delete the file \(in epoch (1/2 at step 1/1\); no epoch had finished, so it starts again "
-                                           rf"from epoch 1|2/2 at step 1/1\); {re.escape(out)}/checkpoint.pt holds epoch "
-                                           rf"1); resume with: ", said[0]), err  # in the epoch whose batch holds it
+    _, err = torchrun(flags, out, start_new_session=True).communicate(timeout=120)
+    line = one_line_each(err, rf"error: on rank [01]: cannot read image {re.escape(str(victim))} \(.*\); replace or "
+                              rf"delete the file \(in epoch (1/2 at step 1/1\); no epoch had finished, so it starts "
+                              rf"again from epoch 1|2/2 at step 1/1\); {re.escape(out)}/checkpoint.pt holds epoch 1); "
+                              rf"resume with: ")  # in the epoch whose batch holds it
     victim.write_bytes(good)
-    resume_under_torchrun(said[0], out)
+    resume_under_torchrun(line, out)
     assert [dict(r, seconds=0) for r in metrics(out)] == [dict(r, seconds=0) for r in metrics(full)]

@@ -123,7 +123,7 @@ def test_table1_verdict_compares_the_margin_with_the_spread(tmp_path):
 def test_paper_numbers_fit_their_tables():
     for tables in sweep.PRESETS.values():
         for t in tables:
-            assert set(t["paper"]) <= {r[0] for r in t["rows"]}
+            assert set(t["paper"]) <= {r[0] for r in t["rows"]} | {r[0] for r in t["missing"]}
             assert all(len(v) == len(t["cols"]) for v in t["paper"].values())
     assert sweep.paper_of(sweep.PRESETS["table2"][0], "progressive-mylc", "sym40") == 69.09
     assert sweep.paper_of(sweep.PRESETS["table4"][0], "mkd", "shufflenetv2") == 47.72
@@ -134,6 +134,8 @@ def test_every_command_passes_train_py_checks(preset):
     for scale in paper_tables.SCALES:
         if preset in paper_tables.PAPER_SCALE_ONLY and scale != "paper":
             continue  # refused: test_cifar100n_runs_only_at_paper_scale
+        if preset in paper_tables.NOT_CPU_SCALES and scale not in ("paper", "smoke"):
+            continue  # refused: test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_...
         todo = paper_tables.jobs(preset, scale, 2, "sweeps")
         assert len({j["dir"] for j in todo}) == len(todo)
         for job in todo:
@@ -163,17 +165,37 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
 
 def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_the_papers_numbers():
     todo = paper_tables.jobs("table3", "paper", 1, "sweeps")
-    assert len(todo) == 9 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
+    assert len(todo) == 14 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
     by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
     cp = by_name["coteach+-pair40-resnet50-s0"]
     assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)
     assert by_name["jocor-sym20-resnet50-s0"].jocor_lambda == 0.85
     assert by_name["zero-gce-sym40-resnet50-s0"].lc == "gce"
+    assert by_name["zero-dmi-sym40-resnet50-s0"].warmup == 80 and by_name["zero-cdr-pair20-resnet50-s0"].cdr_rate == 0.2
+    assert {by_name[f"zero-{lc}-sym20-resnet50-s0"].lc for lc in ("forward", "mentornet", "apl")} == {
+        "forward", "mentornet", "apl"}
     t = sweep.PRESETS["table3"][0]
     assert sweep.paper_of(t, "coteach+", "pair40") == 38.03 and sweep.paper_of(t, "gce", "sym40") == 57.97
     assert sweep.paper_of(t, "progressive-mylc", "sym40") == 64.30 and "jocor" not in t["paper"]
-    with pytest.raises(ValueError, match="runs only at --scale paper"):
+    assert sweep.paper_of(t, "cdr", "sym40") == 62.72 and sweep.paper_of(t, "joint", "pair20") == 67.35
+    with pytest.raises(ValueError, match="runs only at --scale paper or smoke"):
         paper_tables.jobs("table3", "demo", 1, "sweeps")
+
+
+def test_table3_at_smoke_scale_runs_every_row_beside_its_papers_number(tmp_path, capsys):
+    """Every row of Table 3 this project trains, one epoch each on synthetic data, its number beside the paper's;
+    the paper's rows it does not train, with their numbers and why."""
+    out = str(tmp_path / "sweeps")
+    assert sweep.main(["table3", "--scale", "smoke", "--out", out, "--jobs", "2"]) == 0
+    md = open(os.path.join(out, "table3-smoke.md")).read()
+    t = sweep.PRESETS["table3"][0]
+    for row, label, _ in t["rows"]:
+        line = next(ln for ln in md.splitlines() if ln.startswith(f"| {label} |"))
+        cell = line.split(" | ")[1]
+        assert re.match(r"\d+\.\d\d", cell), line  # trained
+        assert (row not in t["paper"] and "paper" not in cell) or f"(paper {t['paper'][row][0]:.2f})" in cell, line
+    for row, label, why in t["missing"]:
+        assert f"| {label} ({why}) | – (paper {t['paper'][row][0]:.2f}) |" in md
 
 
 

@@ -39,7 +39,7 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 import models
-from label_correction import confidence_from_sum
+from label_correction import LABEL_CORRECTIONS, confidence_from_sum
 from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
                     step_sums, sum_names)
 from training import build, graph, rundir, runfiles
@@ -95,6 +95,10 @@ def check(run):
         raise BadInput("--compile and torchrun are train.py's; tools.batched trains its runs in one process")
     if a.noise == "human":
         raise BadInput("--noise human reads CIFAR-N's file per run: use train.py for it")
+    c = LABEL_CORRECTIONS[a.lc]
+    if c.grad_rule is not None or c.needs:  # a rule between backward and step; a T that depends on each run's rate
+        raise BadInput(f"--lc {a.lc} ({c.title}) " + ("acts on each model's gradients before its step" if c.grad_rule
+                                                      else "reads each run's noise") + ": use train.py for it")
     if a.resume:
         raise BadInput("tools.batched has no --resume: run the same command again; finished runs are skipped and "
                        "the others start again from epoch 1")

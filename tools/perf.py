@@ -31,7 +31,7 @@ suite -- everything a GPU can tell about the main command, PARTS in this order; 
 profile -- the step's median time with cuDNN's autotuner off and on, then the operators that take the most
         device time (CPU time without CUDA), and the host's time against the device's: a step whose device
         time is well under its wall time waits on the host (Python, kernel launches)
-batched -- R of the Fashion-MNIST demonstration's runs (REGIME, studies/fmnist.py's BASE: two MLPs on 7,200 images, 720
+batched -- R of the Fashion-MNIST demonstration's runs (REGIME, studies/fmnist.py's BASE: two MLPs on 7,200 images, 800
         for validation, 10,000 for test), differing in lr and seed, trained by tools.batched in one process
         against the same runs as train.py processes (tools.sweep.run_jobs), each timed from the command to the
         last summary.json; FLOPs counted from the model's shapes (FORWARD)

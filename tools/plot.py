@@ -7,10 +7,10 @@
 accuracy.png     -- test accuracy of model A (solid) and B (dashed) per epoch, one colour per run; a
                     cohort adds C dotted, D dash-dot, ...
 chi.png          -- the selection threshold χ of Eq. 7 at the end of each epoch
-selection.png    -- fraction of samples whose peer target was distilled (b2a solid, a2b dashed; for a
-                    cohort the mean over its N(N-1) pairs); its precision, the fraction of those
+selection.png    -- taught: the fraction of samples whose peer target was distilled (b2a solid, a2b dashed;
+                    for a cohort the mean over its N(N-1) pairs); its precision, the fraction of those
                     targets whose argmax is the clean label; its recall, the fraction of
-                    clean-labelled samples that passed χ
+                    clean-labelled samples that passed χ (the words of training/report.py's WORDS)
 memorization.png -- fraction of noisy-labelled samples the model predicts as their wrong given label
 entropy.png      -- per run (entropy-<run>.png for several, with parent folders when names collide):
                     histograms of H(p) over the training samples at a few epochs, a row per model
@@ -47,6 +47,7 @@ from mutual import MODES
 from noise import NOISE, transition_matrix
 from schedule import chi
 from training import runfiles
+from training.runfiles import WORDS
 from training.errors import Parser, UserError, one_line
 
 # ---------------------------------------------------------------- what every figure shares (studies.fmnist's too)
@@ -277,12 +278,12 @@ def plot_runs(plt, runs, out, hist_epochs=None, only=None):
     if only == "entropy":
         return written + plot_entropies(plt, runs, out, hist_epochs)
     fig, axes = plt.subplots(1, 3, figsize=(3 * FIGSIZE[0], FIGSIZE[1]))
-    curves(axes[0], runs, names, "selected", "fraction of samples distilled")
-    curves(axes[1], runs, names, "precision", "precision of distilled targets")
-    curves(axes[2], runs, names, "recall", "recall of clean-labelled samples")
+    curves(axes[0], runs, names, "selected", f"{WORDS['selected']}: fraction of the samples")
+    curves(axes[1], runs, names, "precision", f"{WORDS['precision']} of the taught targets")
+    curves(axes[2], runs, names, "recall", f"{WORDS['recall']} of clean-labelled samples")
     pairs = "B→A solid, A→B dashed" + (" (cohorts: mean over pairs)" if any(len(models_of(r)) > 2 for r in runs)
                                          else "")
-    axes[0].set_title(f"Selected: {pairs}{data}", fontsize=10)
+    axes[0].set_title(f"{WORDS['selected'].capitalize()}: {pairs}{data}", fontsize=10)
     axes[1].set_title("Precision: argmax of target = clean label")
     axes[2].set_title("Recall: clean-labelled samples that passed χ")
     written.append(save(plt, fig, os.path.join(out, "selection.png")))

@@ -179,7 +179,7 @@ def early_stopped(rows):
 
 DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - final", "{:.1f}"),
                ("memorized", "noisy labels memorised at the end", "{:.2f}"),
-               ("selected", "fraction distilled", "{:.3f}"), ("precision", "precision of distilled targets", "{:.2f}"),
+               ("selected", "taught", "{:.3f}"), ("precision", "precision of the taught targets", "{:.2f}"),
                ("recall", "recall of clean-labelled samples", "{:.3f}"), ("r_end", "MyLC's r at the end", "{:.2f}")]
 
 
@@ -236,6 +236,10 @@ def render_table(t, cells, seeds):
             out.append((fmt(cells[row, col[0]], seeds) if (row, col[0]) in cells else "not run")
                        + ("" if p is None else f" (paper {p:.2f})"))
         lines.append(f"| {label} | " + " | ".join(out) + " |")
+    for row, label, why in t["missing"]:  # the paper's rows not trained here: their numbers, and why
+        lines.append(f"| {label} ({why}) | " + " | ".join(
+            "–" if paper_of(t, row, c[0]) is None else f"– (paper {paper_of(t, row, c[0]):.2f})" for c in t["cols"])
+                     + " |")
     keys = sorted({c[3] for c in t["cols"]})
     what = f"mean ± sample std (ddof=1) over {seeds} seeds" if seeds > 1 else "one seed"
     short = [v[2] for v in cells.values() if not isinstance(v, str) and v[2] < seeds]  # the cells fmt marks (n=k)

@@ -75,8 +75,9 @@ def canonical(names):
 
 
 def knobs_of(kind):
-    """The fields of mutual.Method or mutual.Comparators that are flags (Method.comparators is not)."""
-    return [f for f in fields(kind) if f.name != "comparators"]
+    """The fields of mutual.Method or mutual.Comparators that are flags (Method.comparators and Method.noise are
+    not)."""
+    return [f for f in fields(kind) if "help" in f.metadata]
 
 
 def method_flags(p):
@@ -106,7 +107,8 @@ def method_flags(p):
 def method_of(args):
     """The mutual.Method of resolved flags, with the comparators' settings in its Comparators."""
     comparators = Comparators(**{f.name: getattr(args, f.name) for f in knobs_of(Comparators)})
-    return Method(**{f.name: getattr(args, f.name) for f in knobs_of(Method)}, comparators=comparators)
+    noise = (args.noise, args.rate) if NOISE[args.noise].takes_rate else None  # synthetic: its T is known
+    return Method(**{f.name: getattr(args, f.name) for f in knobs_of(Method)}, comparators=comparators, noise=noise)
 
 
 def get_args(argv):
@@ -385,6 +387,14 @@ def resolve_noise(args):
             raise UserError(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the "
                             f"noise rate only for synthetic noise (--noise {SYNTHETIC})")
         args.forget_rate = args.rate
+    if args.lc == "cdr" and args.cdr_rate is None:  # the authors' code: τ = the noise rate
+        if not NOISE[args.noise].takes_rate:
+            raise UserError(f"--lc cdr needs --cdr-rate τ with --noise {args.noise}: it defaults to the noise rate "
+                            f"only for synthetic noise (--noise {SYNTHETIC})")
+        args.cdr_rate = args.rate
+    if args.lc is not None and LABEL_CORRECTIONS[args.lc].needs == "true T" and not NOISE[args.noise].takes_rate:
+        raise UserError(f"--lc {args.lc} trains with the noise's true transition matrix, which only synthetic noise "
+                        f"has (--noise {SYNTHETIC}); Patrini et al.'s estimate for other noise is not built yet")
 
 
 def resolve_models(args):

@@ -97,12 +97,14 @@ def key(method, clock, batch):
     """What a captured step bakes in from host numbers: the batch's shape, and for the small-loss comparators
     what baselines.keep_rule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
     choose branches; Co-teaching and JoCoR read R(t) alone). The rest of the clock the step reads is t/Γ,
-    which the replay reads as a tensor."""
+    which the replay reads as a tensor. With a warm-up (Method.warmup), also which label correction the step trains
+    by: CE in the warm-up's epochs, --lc's after them (mutual.correction)."""
     shape = tuple(batch[0].shape)
+    stage = (clock.epoch < method.warmup,) if method.warmup else ()
     if method.mode not in SMALL_LOSS:
-        return (shape,)
+        return (shape, *stage)
     s = baselines.keep_rule(method, clock)
-    return shape, s if method.mode == "coteach+" else s.keep
+    return shape, s if method.mode == "coteach+" else s.keep, *stage
 
 
 class Graph(NamedTuple):
@@ -179,7 +181,7 @@ class Replayed:
         for static, r_k in zip(self.r, r):
             static.copy_(r_k)
         if k not in self.clocks:
-            host = clock._asdict() if self.method.mode in SMALL_LOSS else {}
+            host = clock._asdict() if self.method.mode in SMALL_LOSS or self.method.warmup else {}
             self.clocks[k] = types.SimpleNamespace(**host, progress=self.progress)
         return self.clocks[k]
 

@@ -73,17 +73,18 @@ def fraction(v):
 
 
 def epoch_line(row, m=2):
-    """One fixed-format line per epoch. A pair shows each direction; a cohort the mean over its pairs."""
+    """One fixed-format line per epoch, each number under its word (runfiles.WORDS). A pair shows each direction;
+    a cohort the mean over its pairs."""
     models = NAMES[:m]
     chi = (" ".join(f"{x.upper()} {row[f'chi_{x}']:.2f}" for x in models) if f"chi_{models[0]}" in row else
            "  - " if row["chi"] is None else f"{row['chi']:.2f}")  # each model's where they differ
     noise = "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"
     if m == 2:
         prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
-        selection = f"sel b2a {fraction(row['selected_b2a'])} a2b {fraction(row['selected_a2b'])} | prec {prec}"
+        selection = f"taught b2a {fraction(row['selected_b2a'])} a2b {fraction(row['selected_a2b'])} | precision {prec}"
     else:
         prec = pair_mean(row, "precision")
-        selection = (f"sel mean {fraction(pair_mean(row, 'selected'))} | prec mean "
+        selection = (f"taught mean {fraction(pair_mean(row, 'selected'))} | precision mean "
                      + (" -  " if prec is None else f"{prec:.2f}"))
     return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | loss "
             + " ".join(f"{x.upper()} {row[f'train_loss_{x}']:.3f}" for x in models)

@@ -2,6 +2,7 @@
 tools/batched.py writes them too). No torch here: the tools that only read runs (sweep, slurm, plot) import this
 without it.
 
+WORDS               -- what each number of metrics.jsonl is called wherever it is shown
 state               -- the one answer to "what state is this run in": FINISHED, DIVERGED, STARTED or NEW
                        (train.py, tools.batched, tools.sweep, tools.slurm, studies.fmnist and tools.plot ask it)
 append_metrics      -- one JSON line per epoch into metrics.jsonl
@@ -32,6 +33,12 @@ import numpy as np
 from training.errors import WriteError
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")  # what a run writes first, or keeps while it runs
+# The word of each number of metrics.jsonl (its key less _a/_b or _b2a/_a2b), the same in train.py's epoch line, the
+# copy block's line, the plots, the tables and the docs (docs/training.md's legend of the epoch line, which a test
+# holds to this).
+WORDS = {"epoch": "epoch", "lr": "lr", "train_loss": "loss", "noise_rate": "noise", "chi": "chi", "selected": "taught",
+         "precision": "precision", "recall": "recall", "test_acc": "test", "seconds": "s", "memorized": "memorised",
+         "confidence": "r"}
 FINISHED, DIVERGED, STARTED, NEW = "finished", "diverged", "started", "new"
 
 

@@ -1,0 +1,182 @@
+"""The single-network methods of the paper's comparison (§4, Table 3) that CMD is compared with, in this harness's
+form: each a model's own loss (label_correction.LABEL_CORRECTIONS' `loss`: it runs alone, --mode zero, or under
+CMD, whose models then distil the given label), or CDR's rule on a model's gradients.
+
+apl_loss          -- APL (Ma et al. 2020): α NCE + β RCE, the active-passive pair of their CIFAR-100 runs
+dmi_loss          -- L_DMI (Xu et al. 2019): −log(|det(Yᵀ P)| + 0.001), after a CE warm-up (Method.warmup)
+forward_loss      -- Forward correction (Patrini et al. 2017): the CE of T-corrected predictions, p T
+true_transition   -- the true T of synthetic noise, the T Forward trains with here
+anchor_transition -- Patrini et al.'s estimate T̂ from the anchor points of a model's predictions
+reweight_loss     -- T-revision's importance reweighting (Xia et al. 2019) with a transition matrix T
+mentornet_pd_loss -- MentorNet (Jiang et al. 2018), its predefined self-paced curriculum, the form that needs
+                     no clean data
+cdr_mask_         -- CDR (Xia et al. 2021): the gradient kept on the critical parameters alone
+
+Where the paper and its authors' code differ, the docstring says which is followed, and why. The formulas were read
+in the authors' public code; the papers' equation numbers were not checked here, so none is cited. Every loss is
+float32 (from the logits' float32 log-probabilities, losses.log_probs), a mean over the batch, and waits for nothing
+on the device. T is row-stochastic throughout: T[i, j] = P(ỹ = j | y = i), noise.transition_matrix's convention,
+so that the noisy-label posterior Tᵀp of a sample is the row p T.
+"""
+import functools
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from noise import transition_matrix
+
+RCE_LOG_ZERO = math.log(1e-4)  # A, RCE's log 0: the authors' code clamps the one-hot label at 1e-4 (the SCE paper: −4)
+
+
+def apl_loss(logits, labels, alpha=10.0, beta=0.1, logp=None):
+    """APL with NCE and RCE (Ma et al. 2020: their normalised CE, the reverse CE of Wang et al. 2019's SCE, and
+    APL = α L_active + β L_passive):
+
+      NCE = −log p_y / (−Σ_k log p_k)           the CE normalised over every label (the denominator carries gradient)
+      RCE = −Σ_k p_k log q_k,  log 0 := A       the reverse CE; q the one-hot label: RCE = −A Σ_{k≠y} p_k
+      L   = mean_n [α NCE + β RCE]
+
+    α = 10, β = 0.1: the authors' CIFAR-100 configuration (configs/cifar100/sym/nce+rce.yaml); NCE+RCE is the pair
+    their paper recommends. A = ln 1e-4 = −9.21 and p clamped to [1e-7, 1] as in their code (the SCE paper's A is
+    −4). Their gradient-norm clipping at 5 is a training setting, not the loss: not applied here.
+    logits: (N, K) with gradient; labels: (N,) int64 given labels. Returns a scalar.
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    nce = logp.gather(1, labels[:, None])[:, 0] / logp.sum(-1)  # (N,) (−log p_y) / (−Σ log p_k)
+    p = logp.exp().clamp(min=1e-7, max=1.0)
+    log_q = torch.full_like(p, RCE_LOG_ZERO).scatter(1, labels[:, None], 0.0)  # (N, K) log of the clamped one-hot
+    rce = -(p * log_q).sum(-1)  # (N,)
+    return (alpha * nce + beta * rce).mean()
+
+
+def dmi_loss(logits, labels, logp=None):
+    """L_DMI (Xu et al. 2019: L_DMI = −log |det(U)|, U the empirical joint distribution of prediction and label
+    over the batch), as the authors' code computes it:
+
+      M = Yᵀ P (K, K),  M[i, j] = Σ_n [ỹ_n = i] p_n(j)       = N Uᵀ, not divided by N
+      L = −log(|det M| + 0.001)
+
+    The 0.001 inside the log is theirs: it keeps a singular M (a class absent from the batch) finite, at
+    −ln 0.001 = 6.91, with a gradient near 0. |det| is the same for M and U up to the factor N^K, a constant. The
+    authors ran K = 10 with batches of 256; at K = 100 a batch of 128 misses a class most of the time, and the
+    determinant of a 100 x 100 matrix of sums underflows or overflows in float32: docs/training.md says what that
+    means for Table 3's CIFAR-100 row. They train with CE first and then with L_DMI at a small lr (Method.warmup).
+    logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar, for the batch (not a mean over samples).
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    m = F.one_hot(labels, logp.shape[-1]).float().T @ logp.exp()  # (K, K)
+    return -torch.log(torch.linalg.det(m).abs() + 0.001)
+
+
+def forward_loss(logits, labels, t, logp=None):
+    """Forward correction (Patrini et al. 2017: the forward-corrected loss ℓ→(h(x), ỹ) = ℓ(Tᵀ h(x), ỹ)) with ℓ the
+    CE:
+
+      L = mean_n −log (p_n T)_{ỹ_n}
+
+    t: (K, K) row-stochastic T, T[i, j] = P(ỹ = j | y = i), a constant: the true one where the noise is synthetic
+    (noise.transition_matrix), else the estimate anchor_transition gives. p is clamped to [1e-7, 1 − 1e-7] before the
+    product, as in their code (loss.py, robust('forward')). logits: (N, K) with gradient; labels: (N,) int64.
+    Returns a scalar.
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    p = logp.exp().clamp(min=1e-7, max=1 - 1e-7)
+    return -torch.log((p @ t.to(p)).gather(1, labels[:, None])[:, 0]).mean()
+
+
+@functools.cache
+def true_transition(kind, rate, num_classes, device):
+    """The transition matrix of synthetic noise (noise.transition_matrix) as a float32 tensor on device, made once
+    per run: the true T that Forward trains with where the noise is synthetic."""
+    return torch.as_tensor(transition_matrix(kind, rate, num_classes), dtype=torch.float32, device=device)
+
+
+def anchor_transition(probs, filter_outlier=False):
+    """Patrini et al.'s estimate T̂ from anchor points: row i is the predicted distribution of the anchor of class i,
+    x̄_i = argmax_x p(ỹ = i | x) over the training set; rows normalised to sum to 1.
+
+    probs: (N, K) a model's predicted probabilities of the given labels on the training set (numpy or tensor).
+    filter_outlier: take the largest p(ỹ = i | x) strictly below the column's 97th percentile instead of its
+    maximum, their robust variant for MNIST and CIFAR-10; their code and T-revision's turn it off for CIFAR-100.
+    (Their code zeroes the top 3% of a column of the shared array, which changes the columns later rows read; here
+    each column is a copy.) Returns a (K, K) float64 numpy array.
+    """
+    probs = np.asarray(probs.detach().cpu() if torch.is_tensor(probs) else probs, dtype=np.float64)
+    k = probs.shape[1]
+    t = np.empty((k, k))
+    for i in range(k):
+        col = probs[:, i].copy()
+        if filter_outlier:
+            col[col >= np.percentile(col, 97, method="higher")] = 0.0
+        t[i] = probs[np.argmax(col)]
+    return t / t.sum(1, keepdims=True)
+
+
+def reweight_loss(logits, labels, t, logp=None):
+    """T-revision's importance reweighting (Xia et al. 2019): each sample's CE weighted by
+    β_n = p_n(ỹ_n) / (p_n T)_{ỹ_n}, the clean-label posterior over the noisy one, β detached (their reweight_loss:
+    `Variable(beta, requires_grad=True)` detaches it):
+
+      L = mean_n β_n (−log p_n(ỹ_n))
+
+    t: (K, K) row-stochastic, T̂ (+ ΔT in their revision stage). logits: (N, K) with gradient; labels: (N,) int64.
+    Returns a scalar.
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    p = logp.exp()
+    p_y = p.gather(1, labels[:, None])[:, 0]
+    beta = (p_y / (p @ t.to(p)).gather(1, labels[:, None])[:, 0]).detach()
+    return (beta * -logp.gather(1, labels[:, None])[:, 0]).mean()
+
+
+def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, progress=0.0, logp=None):
+    """MentorNet's predefined curriculum (Jiang et al. 2018: the self-paced weighting v*_i = 1[ℓ_i < λ]), the form
+    that runs without clean data (the paper's MentorNet PD; the Co-teaching paper's MentorNet baseline):
+
+      λ   = the `percentile` quantile of the batch's losses ℓ_i = −log p_i(ỹ_i)
+      v_i = 1 in the first `burn_in` of training (t/Γ < burn_in), else 1[ℓ_i ≤ λ]; a constant
+      L   = mean_n v_n ℓ_n
+
+    The authors' code (google/mentornet) differs: a small network trained to imitate this rule gives v, λ is a moving
+    average of the batch percentile (decay 0.5, the value their script runs), the last 10% of training use a linear
+    ramp, and random samples are dropped. Here v is the rule itself and λ the batch's own percentile: a pure
+    function of the batch. percentile 0.7 is their flag's default, the one their CIFAR commands end up running
+    (they misspell the flag that sets 0.75); burn_in 0.18 is the 18% of training of their PD curriculum.
+    progress: t/Γ. logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    loss = -logp.gather(1, labels[:, None])[:, 0]  # (N,)
+    lam = torch.quantile(loss.detach(), percentile)
+    burning = torch.as_tensor(progress, device=loss.device) < burn_in  # progress: a float, or a replay's tensor
+    v = torch.where(burning, torch.ones_like(loss), (loss.detach() <= lam).float())
+    return (v * loss).mean()
+
+
+@torch.no_grad()
+def cdr_mask_(params, keep):
+    """CDR (Xia et al. 2021, its algorithm), on one model's gradients after backward and before the optimiser's step:
+    the critical parameters, the `keep` fraction with the largest |θ ⊙ ∂L/∂θ|, keep their gradient scaled by keep;
+    the others lose it, so that their step is the weight decay alone (and SGD's momentum). keep = 1 − τ, τ the
+    noise rate.
+
+    As the authors' code (main.py, train_one_step): one threshold over every weight of dim 2 or 4 together, not
+    per layer; biases and normalisation parameters keep their whole gradient; the critical gradients are multiplied
+    by keep; a tie at the threshold counts as critical. params: the model's parameters. In place; nothing waits for
+    the device.
+    """
+    weights = [p for p in params if p.grad is not None and p.dim() in (2, 4)]
+    if not weights:
+        return
+    scores = [(p * p.grad).abs() for p in weights]
+    flat = torch.cat([s.flatten() for s in scores])
+    n_keep = max(1, int(keep * flat.numel()))
+    threshold = flat.topk(n_keep).values[-1]
+    for p, s in zip(weights, scores):
+        p.grad.mul_((s >= threshold).to(p.grad.dtype) * keep)
