@@ -17,7 +17,8 @@ gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q
 LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a Correction (its target or its own loss, the
                      name plots show); mutual.targets and mutual.self_loss read it, and so does everything that
                      lists the corrections (the flags, their checks, the plots, the tests). It also holds Table 3's
-                     single-network methods, robust.py's: APL, DMI, Forward, MentorNet PD, and CDR's gradient rule
+                     single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision's reweighting,
+                     MentorNet PD, and CDR's gradient rule
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
 the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
@@ -28,6 +29,7 @@ the given label q (docs/paper-notes.md, "CP"). Selection still applies: the peer
 only where this model is confident.
 """
 import math
+import os
 from typing import Callable, NamedTuple
 
 import torch
@@ -165,6 +167,26 @@ def gce_loss(logits, labels, gce_q=0.7, logp=None):
 
 # ---------------------------------------------------------------- the registry
 
+def estimated(probs, m):
+    """T̂ of one model from its predictions on the training set (robust.anchor_transition), float32."""
+    return torch.as_tensor(robust.anchor_transition(probs, m.comparators.anchor_percentile), dtype=torch.float32)
+
+
+def check_transition(args, lc, estimates):
+    """What a run of Forward or T-revision lacks: the true T of synthetic noise, or a warm-up to estimate T̂ after
+    (and one process: the estimate reads every training sample's prediction)."""
+    if not estimates:
+        if args.noise in ("sym", "pair"):
+            return None
+        return (f"--lc {lc} trains with the noise's true T, which only synthetic noise has (--noise sym or pair); "
+                f"for --noise {args.noise}, estimate it: --lc forward-anchor --warmup W")
+    if args.warmup < 1:
+        return f"--lc {lc} estimates T̂ from the models once their warm-up ends: give --warmup W (W >= 1 epochs of CE)"
+    if "RANK" in os.environ:
+        return f"--lc {lc}'s estimate of T̂ reads every training sample's prediction in one process: not under torchrun"
+    return None
+
+
 def noise_of(m, lc):
     """(kind, rate) of a run's synthetic noise (mutual.Method.noise), which Forward's true T and CDR's default τ
     read; ValueError where the method does not know it."""
@@ -182,28 +204,33 @@ class Correction(NamedTuple):
     target -- (q, p, h, r, progress, m) -> q~ (N, K), no gradient: q, p (N, K) the given labels and the model's
               own prediction, h (N,) H(p), r MyLC's confidence (Eq. 8), progress t/Γ, m the run's mutual.Method.
               None: the given label q (CE, and the corrections that are losses, whose models distil q)
-    loss   -- (logits, logp, q, y, m, clock) -> a scalar, the model's L_selfKD when it is a loss of its own; None:
-              H(q~, p). logp: the logits' float32 log_softmax; y: (N,) the given labels as integers; clock:
-              the step's mutual.Clock
+    loss   -- (logits, logp, q, y, m, clock, k) -> a scalar, the model's L_selfKD when it is a loss of its own;
+              None: H(q~, p). logp: the logits' float32 log_softmax; y: (N,) the given labels as integers; clock:
+              the step's mutual.Clock; k: the model's index (A is 0), for what a stage estimated of it
     knobs  -- the names of the fields of mutual.Method (or of its Comparators) that target or loss reads: train.py
               refuses any other label correction's knob given with this one
     grad_rule -- (parameters, m) -> None, a rule applied to each model's gradients after backward and before its
               optimiser steps (CDR's); None: the gradients as they are
-    needs  -- what a run of it needs beyond the labels: "true T" (the noise's transition matrix: synthetic noise);
-              "" for nothing
+    estimate -- (probs, m) -> a tensor: what the run estimates of each model once its warm-up ends (mutual.Method's
+              warmup), from the model's predicted probabilities (N, K) on the training set; the loss reads model k's
+              as m.estimates[k] (Forward's and T-revision's T̂). None: no estimate
+    check  -- (args) -> a line saying what the run lacks, or None: what train.py refuses before anything is written
+    unbatched -- why tools.batched cannot train it ("" where it can)
     """
     title: str
     target: Callable | None = None
     loss: Callable | None = None
     knobs: tuple = ()
     grad_rule: Callable | None = None
-    needs: str = ""
+    estimate: Callable | None = None
+    check: Callable | None = None
+    unbatched: str = ""
 
 
 LABEL_CORRECTIONS = {
     "ce": Correction("CE"),
     "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps), knobs=("ls_eps",)),
-    "cp": Correction("CP", loss=lambda logits, logp, q, y, m, clock: confidence_penalty_loss(logits, q, m.cp_beta,
+    "cp": Correction("CP", loss=lambda logits, logp, q, y, m, clock, k: confidence_penalty_loss(logits, q, m.cp_beta,
                                                                                             logp=logp),
                      knobs=("cp_beta",)),
     "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps),
@@ -212,22 +239,32 @@ LABEL_CORRECTIONS = {
         q, p, progress, m.proselflc_b, m.proselflc_transit, h=h), knobs=("proselflc_b", "proselflc_transit")),
     "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h),
                        knobs=("mylc_b1", "mylc_rho")),
-    "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m, clock: tfkd_reg_loss(
+    "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m, clock, k: tfkd_reg_loss(
         logits, y, m.comparators.tfkd_a, m.comparators.tfkd_t, m.comparators.tfkd_alpha,
         m.comparators.tfkd_multiplier, logp=logp), knobs=("tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier")),
-    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m, clock: gce_loss(logits, y, m.comparators.gce_q,
+    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m, clock, k: gce_loss(logits, y, m.comparators.gce_q,
                                                                                  logp=logp),
                       knobs=("gce_q",)),
     # Table 3's single-network methods (robust.py): losses a model trains by, alone (--mode zero) or under CMD
-    "apl": Correction("APL (NCE+RCE)", loss=lambda logits, logp, q, y, m, clock: robust.apl_loss(
+    "apl": Correction("APL (NCE+RCE)", loss=lambda logits, logp, q, y, m, clock, k: robust.apl_loss(
         logits, y, m.comparators.apl_alpha, m.comparators.apl_beta, logp=logp), knobs=("apl_alpha", "apl_beta")),
-    "dmi": Correction("DMI", loss=lambda logits, logp, q, y, m, clock: robust.dmi_loss(logits, y, logp=logp)),
-    "forward": Correction("Forward (true T)", loss=lambda logits, logp, q, y, m, clock: robust.forward_loss(
+    "dmi": Correction("DMI", loss=lambda logits, logp, q, y, m, clock, k: robust.dmi_loss(logits, y, logp=logp)),
+    "forward": Correction("Forward (true T)", loss=lambda logits, logp, q, y, m, clock, k: robust.forward_loss(
         logits, y, robust.true_transition(*noise_of(m, "forward"), logits.shape[-1], logits.device), logp=logp),
-                          needs="true T"),
-    "mentornet": Correction("MentorNet PD", loss=lambda logits, logp, q, y, m, clock: robust.mentornet_pd_loss(
+                          check=lambda a: check_transition(a, "forward", False),
+                          unbatched="its T depends on each run's noise rate"),
+    "forward-anchor": Correction("Forward (T̂)", loss=lambda logits, logp, q, y, m, clock, k: robust.forward_loss(
+        logits, y, m.estimates[k], logp=logp), knobs=("anchor_percentile",), estimate=lambda probs, m: estimated(
+        probs, m), check=lambda a: check_transition(a, "forward-anchor", True), unbatched="its T̂ is each run's estimate"),
+    "trevision": Correction("T-revision (reweighting)", loss=lambda logits, logp, q, y, m, clock, k:
+                            robust.reweight_loss(logits, y, m.estimates[k], logp=logp), knobs=("anchor_percentile",),
+                            estimate=lambda probs, m: estimated(probs, m),
+                            check=lambda a: check_transition(a, "trevision", True),
+                            unbatched="its T̂ is each run's estimate"),
+    "mentornet": Correction("MentorNet PD", loss=lambda logits, logp, q, y, m, clock, k: robust.mentornet_pd_loss(
         logits, y, m.comparators.mentornet_percentile, m.comparators.mentornet_burn_in, clock.progress, logp=logp),
                             knobs=("mentornet_percentile", "mentornet_burn_in")),
     "cdr": Correction("CDR", grad_rule=lambda params, m: robust.cdr_mask_(params, 1 - (
-        noise_of(m, "cdr")[1] if m.comparators.cdr_rate is None else m.comparators.cdr_rate)), knobs=("cdr_rate",)),
+        noise_of(m, "cdr")[1] if m.comparators.cdr_rate is None else m.comparators.cdr_rate)), knobs=("cdr_rate",),
+                      unbatched="it acts on each model's gradients between backward and step"),
 }

@@ -60,8 +60,8 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None):
     q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
     chi = per_model(chi, 2)
     loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, (chi[0], chi[1]))
-    loss_a = self_loss(method, z[0], logp_a, q, q_a, y, clock) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
-    loss_b = self_loss(method, z[1], logp_b, q, q_b, y, clock) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
+    loss_a = self_loss(method, z[0], logp_a, q, q_a, y, clock, 0) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
+    loss_b = self_loss(method, z[1], logp_b, q, q_b, y, clock, 1) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
     return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
 
 
@@ -80,14 +80,15 @@ def targets(method, q, p, h, r, clock):
     return q if target is None else target(q, p, h, r, clock.progress, method)
 
 
-def self_loss(method, logits, logp, q, q_tilde, y, clock):
+def self_loss(method, logits, logp, q, q_tilde, y, clock, k):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
     own loss (CP, Tf-KD_reg, GCE: label_correction.py; Table 3's: robust.py).
     logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
-    q_tilde: (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock.
+    q_tilde: (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k: the model's index
+    (A: 0), for what a stage estimated of it (Method.estimates).
     """
     loss = correction(method, clock).loss
-    return soft_cross_entropy(q_tilde, logp).mean() if loss is None else loss(logits, logp, q, y, method, clock)
+    return soft_cross_entropy(q_tilde, logp).mean() if loss is None else loss(logits, logp, q, y, method, clock, k)
 
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
@@ -117,7 +118,7 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None):
             logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], (chi[a], chi[b]), None if draws is None else draws[i])
         distilled[a].append(loss_b2a)
         distilled[b].append(loss_a2b)
-    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y, clock) + mean(distilled[k]) for k in range(m)]
+    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y, clock, k) + mean(distilled[k]) for k in range(m)]
     return Objective(losses, taught, q_tilde, h)
 
 
@@ -403,6 +404,10 @@ class Comparators:
     cdr_rate: float | None = knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate "
                                         "with --noise sym/pair, as the authors' code sets it; give it otherwise)",
                                   (lambda v: 0 <= v < 1, "in [0, 1)"))
+    anchor_percentile: float = knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident "
+                                           "sample below this percentile (100: the most confident, the authors' "
+                                           "CIFAR-100 setting; 97: their CIFAR-10 one)",
+                                    (lambda v: 0 < v <= 100, "in (0, 100]"))
 
 
 @dataclass(frozen=True)
@@ -441,6 +446,8 @@ class Method:
     comparators: Comparators = field(default_factory=Comparators)
     noise: tuple | None = None  # (kind, rate) of the run's synthetic noise, for the methods that read its true T
     # (Forward, CDR's τ); None where the noise is not synthetic. Not a flag: train.py's --noise and --rate set it.
+    estimates: tuple | None = None  # each model's estimate from its warm-up (Forward's and T-revision's T̂, label_
+    # correction.Correction.estimate), once the run has made it; None before. Not a flag: train.py sets it.
 
     def chi_at(self, t, total, num_classes):
         """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for mkd,

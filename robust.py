@@ -96,23 +96,23 @@ def true_transition(kind, rate, num_classes, device):
     return torch.as_tensor(transition_matrix(kind, rate, num_classes), dtype=torch.float32, device=device)
 
 
-def anchor_transition(probs, filter_outlier=False):
+def anchor_transition(probs, percentile=100.0):
     """Patrini et al.'s estimate T̂ from anchor points: row i is the predicted distribution of the anchor of class i,
     x̄_i = argmax_x p(ỹ = i | x) over the training set; rows normalised to sum to 1.
 
     probs: (N, K) a model's predicted probabilities of the given labels on the training set (numpy or tensor).
-    filter_outlier: take the largest p(ỹ = i | x) strictly below the column's 97th percentile instead of its
-    maximum, their robust variant for MNIST and CIFAR-10; their code and T-revision's turn it off for CIFAR-100.
-    (Their code zeroes the top 3% of a column of the shared array, which changes the columns later rows read; here
-    each column is a copy.) Returns a (K, K) float64 numpy array.
+    percentile < 100: take the largest p(ỹ = i | x) strictly below the column's percentile instead of its maximum,
+    their robust variant (97 for MNIST and CIFAR-10); 100, the maximum, is their code's and T-revision's setting for
+    CIFAR-100. (Their code zeroes the top of a column of the shared array, which changes the columns later rows
+    read; here each column is a copy.) Returns a (K, K) float64 numpy array.
     """
     probs = np.asarray(probs.detach().cpu() if torch.is_tensor(probs) else probs, dtype=np.float64)
     k = probs.shape[1]
     t = np.empty((k, k))
     for i in range(k):
         col = probs[:, i].copy()
-        if filter_outlier:
-            col[col >= np.percentile(col, 97, method="higher")] = 0.0
+        if percentile < 100:
+            col[col >= np.percentile(col, percentile, method="higher")] = 0.0
         t[i] = probs[np.argmax(col)]
     return t / t.sum(1, keepdims=True)
 

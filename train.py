@@ -30,6 +30,7 @@ if __name__ == "__main__":  # a Ctrl-C or SIGTERM while torch is being imported 
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored under tools/slurm.py: it stays so
         signal.signal(signal.SIGTERM, stopped_early)
 
+import dataclasses
 import time
 import warnings
 from typing import NamedTuple
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from label_correction import confidence_from_sum
+from label_correction import LABEL_CORRECTIONS, confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
@@ -47,7 +48,7 @@ from training.config import get_args, method_of, resolve
 from training.errors import UserError, exit_code, named, one_line, say, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
 from training.ranks import Ranks
-from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, tensorboard
+from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, predictions, tensorboard
 
 
 def check_files(args, train, tests, log):
@@ -86,6 +87,7 @@ def main(argv=None):
         raise UserError(f"{e}; the run wrote nothing; {e.fix}, then run the command again") from None
     models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)
     start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
+    method = dataclasses.replace(method, estimates=run.estimates(setup.device))  # a warm-up's estimates, on resume
     loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
         args, d, setup)))
     evals = eval_batches(d, tests, setup.placement(args.workers))
@@ -95,6 +97,7 @@ def main(argv=None):
         writer = tensorboard(args.out) if args.tensorboard and setup.rank == 0 else None
         for epoch in range(start_epoch, args.epochs):
             t0 = time.time()
+            loop = stage(loop, epoch, d, train, args, setup)  # the warm-up's end: each model's estimate, if any
             s, hist, lr, r = train_epoch(loop, epoch, r, d.num_classes)  # Eqs. 3-6 each step, χ of Eq. 7
             if s["nonfinite"] > 0:
                 loop.progress.clear()
@@ -106,7 +109,7 @@ def main(argv=None):
             chis = [method.chis_at(t, args.epochs, d.num_classes, len(models.nets)) for t in (epoch, epoch + 1)]
             head = dict(epoch=epoch + 1, lr=lr, **chi_keys(chis[1]), seconds=time.time() - t0)
             row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
-            run.log_epoch(row, hist.cpu().numpy(), chis, models, r)
+            run.log_epoch(row, hist.cpu().numpy(), chis, models, r, loop.method.estimates)
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
@@ -172,13 +175,19 @@ class Loop(NamedTuple):
         progress = Progress(batches.steps(), args.epochs, args.batch_size,
                             Display(every=args.log_every, enabled=setup.rank == 0))
         precision = Precision(autocast, scaler)
+        loop = cls(fwd, rundir.Models(nets, models.opts, models.lr_scheds), batches, method, args.epochs, args.seed,
+                   precision, progress, None, setup.ranks)
+        return loop.training_by(method, setup)
+
+    def training_by(self, method, setup):
+        """This loop with its step on method (a Method: the run's, or the run's with a stage's estimates)."""
+        fwd, opts, precision = self.fwd, self.models.opts, self.precision
 
         def step(batch, chi, r, clock):
-            return mutual_step(fwd, models.opts, batch, method, chi, r, clock, precision)
+            return mutual_step(fwd, opts, batch, method, chi, r, clock, precision)
 
-        return cls(fwd, rundir.Models(nets, models.opts, models.lr_scheds), batches, method, args.epochs, args.seed,
-                   precision, progress, graph.replayed(setup.config["graph"], step, models.opts, method, setup.device),
-                   setup.ranks)
+        return self._replace(method=method, step=graph.replayed(setup.config["graph"], step, opts, method,
+                                                                 setup.device))
 
 
 def data_and_labels(args, run, setup):
@@ -200,6 +209,24 @@ def data_and_labels(args, run, setup):
     setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise "
               f"{np.mean(noisy != train.labels):.3f}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     return d, train, tests, noisy
+
+
+def stage(loop, epoch, d, train, args, setup):
+    """Where the run's label correction estimates something of each model once its warm-up ends (Forward's and
+    T-revision's T̂: label_correction.Correction.estimate): at the first epoch after the warm-up, from each model's
+    predicted probabilities on the training set, in eval mode and without augmentation. Returns the loop, training
+    from then on with the estimates (Method.estimates; the checkpoint keeps them)."""
+    m = loop.method
+    estimate = LABEL_CORRECTIONS[m.lc].estimate
+    if estimate is None or m.estimates is not None or epoch < m.warmup:
+        return loop
+    probs = predictions(loop.fwd, eval_batches(d, {"train": train}, setup.placement(args.workers))["train"],
+                        loop.precision.autocast)
+    estimates = tuple(estimate(p, m).to(setup.device) for p in probs)
+    setup.log(f"stage: after {m.warmup} warm-up epoch{'s' if m.warmup > 1 else ''} of CE, {LABEL_CORRECTIONS[m.lc].title} "
+              f"trains with each model's estimate from its predictions on the {len(train.labels)} training samples",
+              flush=True)
+    return loop.training_by(dataclasses.replace(m, estimates=estimates), setup)
 
 
 def train_epoch(loop, epoch, r, k):

@@ -175,8 +175,8 @@ def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkey
 # ---------------------------------------------------------------- every knob reaches what a step computes
 
 KNOBS = [(kind, f) for kind in (Method, Comparators) for f in dataclasses.fields(kind)
-         if f.name not in ("mode", "lc", "comparators", "noise")]  # the axes are the registries, tested above; noise
-# is the run's, not a knob
+         if f.name not in ("mode", "lc", "comparators", "noise", "estimates")]  # the axes are the registries, tested
+# above; noise and a stage's estimates are the run's, not knobs
 
 
 def other_value(f):
@@ -203,6 +203,10 @@ def step_of(method, m=2, epoch=1):
     t/Γ = 0.125, where Eq. 7's b, ProSelfLC's transit and the comparators' R(t) all matter; epoch 8, where R(t)
     keeps few enough of Co-teaching+'s disagreements that τ moves the count). The inputs' scales spread the predictions'
     entropies over [0, ln K], so that a χ that moves moves the selection."""
+    estimate = label_correction.LABEL_CORRECTIONS[method.lc].estimate
+    if estimate is not None and method.estimates is None:  # a stage's estimate, from fixed predictions, so that a
+        probs = torch.distributions.Dirichlet(torch.ones(4)).sample((64,))  # knob it reads changes the step too
+        method = dataclasses.replace(method, estimates=tuple(estimate(probs, method) for _ in range(m)))
     torch.manual_seed(0)
     nets = [nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)) for _ in range(m)]
     with torch.no_grad():
@@ -221,8 +225,10 @@ def step_of(method, m=2, epoch=1):
 def accepted(mode, lc, f):
     """Whether train.py takes knob f at other_value(f) with --mode and --lc; False: one line, rc 2."""
     flag = "--" + f.name.replace("_", "-")
+    staged = label_correction.LABEL_CORRECTIONS[lc].estimate and f.name != "warmup"  # its stage needs a warm-up
     try:
-        config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f))]))
+        config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f))] +
+                                       (["--warmup", "1"] if staged else [])))
         return True
     except config.UserError:
         return False

@@ -85,7 +85,7 @@ def test_the_anchor_estimate_takes_each_classs_most_confident_prediction():
     # the 97th-percentile variant skips each column's top 3% (here its maximum, of 40 rows)
     many = np.repeat(probs, 10, axis=0)
     many[0] = [0.98, 0.01, 0.01]
-    robust_t = robust.anchor_transition(many, filter_outlier=True)
+    robust_t = robust.anchor_transition(many, percentile=97)
     assert np.allclose(robust_t[0], [0.5, 0.4, 0.1])  # below 0.98 and 0.9 (the top 3% of 40: two values)
     assert np.allclose(t.sum(1), 1) and np.allclose(robust_t.sum(1), 1)
     # noisy-label posteriors p T of a known T, some samples sure of their class (the anchors): the estimate is T
@@ -167,3 +167,72 @@ def test_cdr_in_the_step_moves_only_the_critical_weights():
         weights = torch.cat([(p != old[k]).flatten() for k, p in net.named_parameters() if p.dim() == 2])
         assert weights.float().mean().item() == pytest.approx(0.25, abs=1e-4)  # the critical quarter moved
         assert all(torch.equal(p, q) for p, q in zip(net.parameters(), twin.parameters()) if p.dim() == 1)
+
+
+# ---------------------------------------------------------------- a stage: the estimate after the warm-up
+
+STAGED = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "96", "--synthetic-test-size", "48",
+          "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "3",
+          "--mode", "zero", "--warmup", "1", "--noise", "pair"]
+
+
+@pytest.mark.parametrize("lc", ["trevision", "forward-anchor"])
+def test_the_estimate_is_the_anchor_points_of_each_models_predictions_when_the_warm_up_ends(tmp_path, lc):
+    """The checkpoint after the stage holds each model's T̂: robust.anchor_transition of that model's predicted
+    probabilities on the training set (eval mode, no augmentation) at the warm-up's end, which a CE run of the
+    warm-up's length reaches bit for bit (test_a_warm_up_trains_plain_ce_then_the_label_correction)."""
+    import train
+    from mutual import NAMES
+    from training import build, config
+    from training.report import predictions
+    out, ce = str(tmp_path / lc), str(tmp_path / "ce")
+    train.main(STAGED + ["--lc", lc, "--out", out])
+    warm = [a for a in STAGED if a not in ("--warmup", "1")]
+    warm[warm.index("--epochs") + 1] = "1"
+    train.main(warm + ["--lc", "ce", "--out", ce])  # the warm-up alone: its final weights are the stage's models
+    args = config.resolve(config.get_args(warm + ["--lc", "ce", "--out", ce]))
+    d, train_set, _, _ = build.load_data(args)
+    nets = build.build_models(args, d.num_classes, train_set, build.Setup.of(args)).nets
+    for k, net in zip(NAMES, nets):
+        net.load_state_dict(torch.load(tmp_path / "ce" / f"model_{k}.pt", weights_only=True))
+    probs = predictions(nets, build.eval_batches(d, {"train": train_set}, build.Setup.of(args).placement())["train"],
+                        dict(device_type="cpu", enabled=False))
+    ckpt = torch.load(tmp_path / lc / "checkpoint.pt", weights_only=True)
+    for k, p in zip(NAMES, probs):
+        want = torch.as_tensor(robust.anchor_transition(p), dtype=torch.float32)
+        assert torch.equal(ckpt[f"estimate_{k}"], want), k
+        assert torch.allclose(want.sum(1), torch.ones(4))
+
+
+@pytest.mark.parametrize("after", [2, 3])  # metrics.jsonl's second line fails: before the stage; its third: after
+def test_a_run_stopped_before_or_after_its_stage_resumes_equal(tmp_path, capsys, monkeypatch, after):
+    import train
+    from test_stops import FullDisk, assert_same_run, command_in, one_line
+
+    from training import runfiles
+    full, out = str(tmp_path / "full"), str(tmp_path / "run")
+    train.main(STAGED + ["--lc", "trevision", "--out", full])
+    monkeypatch.setattr(runfiles, "open", FullDisk("metrics.jsonl", after=after), raising=False)
+    with pytest.raises(SystemExit):
+        train.main(STAGED + ["--lc", "trevision", "--out", out])
+    line = one_line(capsys.readouterr().err)
+    assert f"checkpoint.pt holds epoch {after - 1}" in line, line
+    monkeypatch.undo()
+    train.main(command_in(line))
+    assert_same_run(out, full)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--lc", "trevision"], "--lc trevision estimates T̂ from the models once their warm-up ends: give --warmup W"),
+    (["--lc", "forward-anchor"], "--lc forward-anchor estimates T̂ from the models once their warm-up ends"),
+    (["--lc", "forward", "--noise", "none"], "--lc forward trains with the noise's true T, which only synthetic noise "
+                                             "has (--noise sym or pair); for --noise none, estimate it: --lc "
+                                             "forward-anchor --warmup W"),
+])
+def test_what_a_stage_needs_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, flags, message):
+    import train
+    with pytest.raises(SystemExit) as e:
+        train.main(STAGED[:STAGED.index("--warmup")] + flags + ["--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run").exists()

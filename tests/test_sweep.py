@@ -165,7 +165,7 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
 
 def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_the_papers_numbers():
     todo = paper_tables.jobs("table3", "paper", 1, "sweeps")
-    assert len(todo) == 14 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
+    assert len(todo) == 15 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
     by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
     cp = by_name["coteach+-pair40-resnet50-s0"]
     assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import train
+from label_correction import LABEL_CORRECTIONS
 from mutual import LCS, MODES, SMALL_LOSS
 from tools import perf
 from training import runfiles
@@ -71,7 +72,9 @@ def check_entropy_hist(out, rows, noisy_labels, k, clean_labels=None):
 @pytest.mark.parametrize("mode,lc", [(m, lc) for m in ("zero", "all", "static", "progressive") for lc in LCS]
                          + [("mkd", None), ("kdcl", None)])
 def test_every_mode_and_lc_trains(tmp_path, mode, lc):
-    argv = TINY + ["--epochs", "1", "--mode", mode, "--out", str(tmp_path / "r")] + (["--lc", lc] if lc else [])
+    staged = lc is not None and LABEL_CORRECTIONS[lc].estimate is not None  # an estimate after a warm-up epoch
+    argv = TINY + ["--epochs", "2" if staged else "1", "--mode", mode, "--out", str(tmp_path / "r")] + (
+        ["--lc", lc] if lc else []) + (["--warmup", "1"] if staged else [])
     summary = train.main(argv)
     row = metrics(str(tmp_path / "r"))[0]
     assert 0 <= summary["test_acc_mean"] <= 100

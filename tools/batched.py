@@ -96,9 +96,8 @@ def check(run):
     if a.noise == "human":
         raise BadInput("--noise human reads CIFAR-N's file per run: use train.py for it")
     c = LABEL_CORRECTIONS[a.lc]
-    if c.grad_rule is not None or c.needs:  # a rule between backward and step; a T that depends on each run's rate
-        raise BadInput(f"--lc {a.lc} ({c.title}) " + ("acts on each model's gradients before its step" if c.grad_rule
-                                                      else "reads each run's noise") + ": use train.py for it")
+    if c.unbatched:
+        raise BadInput(f"--lc {a.lc} ({c.title}): {c.unbatched}, which one vmapped step cannot hold; use train.py")
     if a.resume:
         raise BadInput("tools.batched has no --resume: run the same command again; finished runs are skipped and "
                        "the others start again from epoch 1")

@@ -125,6 +125,8 @@ PRESETS = {
                       ("dmi", "DMI (after 80 epochs of CE)", method("zero", "dmi") + ["--warmup", "80"]),
                       ("apl", "APL (NCE+RCE)", method("zero", "apl")),
                       ("cdr", "CDR", method("zero", "cdr")),
+                      ("trevision", "T-revision (T̂ after 15 epochs of CE, then reweighting; without its learned ΔT)",
+                       method("zero", "trevision") + ["--warmup", "15"]),
                       ("proselflc", "ProSelfLC", method("zero", "proselflc")),
                       ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
                       ("mylc", "MyLC", method("zero", "mylc")),
@@ -133,8 +135,6 @@ PRESETS = {
                      [*PAIR_NOISE, *sym(20, 40)],
                      missing=[("joint", "Joint", "not built yet: its labels are updated per sample from the network's "
                                                  "predictions, then a second network trains on them from scratch"),
-                              ("trevision", "T-revision", "not built yet: an estimation pass for T̂ after a warm-up, "
-                                                          "and a learned slack ΔT"),
                               ("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
                                              "rewarded on clean test labels (docs/training.md)")],
                      smoke_rows=None)],

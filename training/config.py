@@ -392,9 +392,10 @@ def resolve_noise(args):
             raise UserError(f"--lc cdr needs --cdr-rate τ with --noise {args.noise}: it defaults to the noise rate "
                             f"only for synthetic noise (--noise {SYNTHETIC})")
         args.cdr_rate = args.rate
-    if args.lc is not None and LABEL_CORRECTIONS[args.lc].needs == "true T" and not NOISE[args.noise].takes_rate:
-        raise UserError(f"--lc {args.lc} trains with the noise's true transition matrix, which only synthetic noise "
-                        f"has (--noise {SYNTHETIC}); Patrini et al.'s estimate for other noise is not built yet")
+    check = args.lc is not None and LABEL_CORRECTIONS[args.lc].check
+    why = check(args) if check else None  # what the label correction needs of the run (label_correction.py)
+    if why:
+        raise UserError(why)
 
 
 def resolve_models(args):

@@ -118,6 +118,21 @@ def evaluate(nets, evals, autocast, device, ranks=ALONE):
     return out
 
 
+@torch.no_grad()
+def predictions(nets, batches, autocast):
+    """Each model's predicted probabilities on every sample of batches (an eval Batches: in order, no
+    augmentation), in eval mode: a list of (N, K) float32 CPU tensors. For a stage's estimate (train.stage)."""
+    for n in nets:
+        n.eval()
+    out = [[] for _ in nets]
+    for x, _, _ in batches.epoch(0, 0):
+        with torch.autocast(**autocast):
+            z = [net(x) for net in nets]
+        for o, z_k in zip(out, z):
+            o.append(F.softmax(z_k.float(), -1).cpu())
+    return [torch.cat(o) for o in out]
+
+
 def accuracies(prefix, correct, ensemble, n):
     """{prefix_acc_a, prefix_acc_b, ..., prefix_acc_mean, prefix_acc_ens} in %, from the counts of correct
     predictions of each model and of their averaged probabilities over n samples (host numbers)."""
