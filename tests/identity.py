@@ -30,8 +30,10 @@ from mutual import CMD_MODES  # noqa: E402
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "3", "--synthetic-size", "96",
         "--synthetic-test-size", "48", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu",
         "--workers", "0", "--seed", "3"]
-# every knowledge mode with every label correction, from their registries
-CONFIGS = {f"{mode}-{lc}": ["--mode", mode, "--lc", lc] for mode in CMD_MODES for lc in LABEL_CORRECTIONS}
+# every knowledge mode with every label correction, from their registries (one whose stage estimates after a warm-up
+# gets one epoch of it)
+CONFIGS = {f"{mode}-{lc}": ["--mode", mode, "--lc", lc] + (["--warmup", "1"] if c.estimate else [])
+           for mode in CMD_MODES for lc, c in LABEL_CORRECTIONS.items()}
 CONFIGS.update({
     "mkd": ["--mode", "mkd"], "kdcl": ["--mode", "kdcl"],
     "cohort3": ["--mode", "progressive", "--lc", "mylc", "--peers", "3"],
