@@ -9,12 +9,13 @@ import math
 import os
 import re
 import shlex
+import shutil
 
 import pytest
 from test_faults import readme_and_docs, shown_commands
 from test_mnist import write_idx
 
-from studies import fmnist
+from studies import eta, fmnist
 from tools import stats
 from studies.fmnist import ATTRIBUTION, DEMO, KNOBS, SELECTED, Setting
 
@@ -148,14 +149,17 @@ def test_early_stopping_reads_the_test_accuracy_at_the_best_validation_epoch():
 
 
 def test_the_readmes_fashion_mnist_numbers_are_the_raw_datas(tmp_path, capsys):
-    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the attribution's reports as
-    rendered here from the committed raw data (docs/fmnist/runs.jsonl.gz) alone."""
+    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the attribution's reports or the η
+    rule's, as rendered here from the committed raw data (docs/fmnist/runs.jsonl.gz, docs/eta/runs.jsonl.gz) alone."""
     readme = open(os.path.join(HERE, "README.md")).read()
     section = readme[readme.index("## What the project has shown"):readme.index("## Layout")]
     report = ""
     for rate in ("0.4", "0.6"):
         assert fmnist.main(["attribution", "tables", "--rate", rate, "--out", str(tmp_path)]) == 0
         report += open(os.path.join(tmp_path, "attribution", f"r{rate}", "report.md")).read()
+    shutil.copy(eta.RAW, tmp_path / "eta.jsonl.gz")
+    assert eta.main(["report", "--raw", str(tmp_path / "eta.jsonl.gz")]) == 0
+    report += open(tmp_path / "report.md").read()
     capsys.readouterr()
     report = report.replace("-", "−")  # the README prints −
     quoted = re.findall(r"\d+\.\d\d ± \d\.\d\d", section) + re.findall(r"\[[+−]\d\.\d\d, [+−]\d\.\d\d\]", section)
