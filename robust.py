@@ -154,8 +154,11 @@ def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, progress=0.0
         logp = F.log_softmax(logits.float(), dim=-1)
     loss = -logp.gather(1, labels[:, None])[:, 0]  # (N,)
     lam = torch.quantile(loss.detach(), percentile)
-    burning = torch.as_tensor(progress, device=loss.device) < burn_in  # progress: a float, or a replay's tensor
-    v = torch.where(burning, torch.ones_like(loss), (loss.detach() <= lam).float())
+    kept = (loss.detach() <= lam).float()
+    if torch.is_tensor(progress):  # a replayed step's t/Γ, on the device: chosen there, nothing read back
+        v = torch.where(progress < burn_in, torch.ones_like(loss), kept)
+    else:  # a host float: no tensor made from it each step
+        v = torch.ones_like(loss) if progress < burn_in else kept
     return (v * loss).mean()
 
 
