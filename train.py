@@ -308,8 +308,9 @@ def stopped(err, run, argv, progress, ranks):
     line = ranks.share(stop_line(err, run, argv, progress, ranks) if ranks.rank == 0 else None)
     error = isinstance(err, (datasets.DataError, runfiles.WriteError))
     say(f"{named('train.py')}: {'error: ' if error else ''}{line}")
-    ranks.said()  # every rank has said its line before any exits (torchrun stops the others when one does)
-    sys.exit(2 if error else exit_code(err))
+    code = 2 if error else exit_code(err)
+    ranks.said(code)  # under torchrun: every rank has said its line before any exits, then each exits with code
+    sys.exit(code)
 
 
 def stop_line(err, run, argv, progress, ranks):

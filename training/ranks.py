@@ -11,7 +11,7 @@ Ranks -- this process's place among torchrun's, held by training/build.py's Setu
   agreed   -- an epoch's batches with an agreement before each step (train.py's loop)
   settled  -- the agreed cause of an exception this rank met alone (rank 0's full disk after its epoch's files)
   share    -- rank 0's object on every rank: the line rank 0 composes, since only rank 0 knows what its files hold
-  said     -- the end of an agreed stop: every rank has said its line, and none exits before
+  said     -- the end of an agreed stop: every rank has said its line, and none exits before; then all exit
   end      -- the signal handlers of before are back (a run that finished)
 
 Where the ranks agree: before each training step (train.py), before each test set's counts are summed
@@ -20,7 +20,9 @@ a rank that has stopped never leaves another one waiting in DistributedDataParal
 SIGTERM is held until the next agreement; a second one stops its rank at once, alone.
 """
 import contextlib
+import os
 import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -132,13 +134,17 @@ class Ranks:
         dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
-    def said(self):
+    def said(self, code):
         """After an agreed stop, once this rank has said its line: wait for every rank to have said theirs, then
-        leave the process group. Signals stay held and change nothing: torchrun signals the ranks left once one
-        exits."""
+        exit with code at once. Signals stay held and change nothing: torchrun signals the ranks left once one
+        exits. The exit skips the interpreter's teardown, whose destructors of the process groups and of
+        DistributedDataParallel's reducer can abort (SIGABRT) when a peer has already gone; every file of the run is
+        written by then. Alone, it returns."""
         if self.group is not None:
             dist.barrier(group=self.group)
-            dist.destroy_process_group()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
 
 
 ALONE = Ranks()  # a process without torchrun: every call does nothing, or lets its error through
