@@ -211,10 +211,10 @@ def keep_rule(method, clock):
                     coteach_plus_early(clock.epoch, clock.batch))
 
 
-def objective(z, y, method, chi, r, clock, draws=None):
+def objective(z, y, method, chi, r, clock, draws=None, given=None):
     """Co-teaching, Co-teaching+ or JoCoR (method.mode) as a training objective (mutual.OBJECTIVES): z, the pair's
-    logits, (N, K) each; y: (N,) given labels; clock: a mutual.Clock. chi, r and draws are unused (one signature
-    for every objective). Returns a losses.Objective whose q_tilde is the given label, what these methods teach,
+    logits, (N, K) each; y: (N,) given labels; clock: a mutual.Clock. chi, r, draws and given are unused (one
+    signature for every objective). Returns a losses.Objective whose q_tilde is the given label, what these methods teach,
     so a selection's precision is its label precision."""
     if len(z) != 2:
         raise ValueError(f"mode {method.mode} trains a pair, not {len(z)} models")

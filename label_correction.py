@@ -18,7 +18,7 @@ LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a Correction (its
                      name plots show); mutual.targets and mutual.self_loss read it, and so does everything that
                      lists the corrections (the flags, their checks, the plots, the tests). It also holds Table 3's
                      single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision's reweighting,
-                     MentorNet PD, and CDR's gradient rule
+                     MentorNet PD, CDR's gradient rule, and Joint optimisation's first step with its relabelling
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
 the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 import robust
 from losses import entropy
+from noise import NOISE
 from schedule import logistic
 
 
@@ -176,15 +177,27 @@ def check_transition(args, lc, estimates):
     """What a run of Forward or T-revision lacks: the true T of synthetic noise, or a warm-up to estimate T̂ after
     (and one process: the estimate reads every training sample's prediction)."""
     if not estimates:
-        if args.noise in ("sym", "pair"):
+        if NOISE[args.noise].matrix is not None and NOISE[args.noise].takes_rate:
             return None
-        return (f"--lc {lc} trains with the noise's true T, which only synthetic noise has (--noise sym or pair); "
+        with_t = " or ".join(k for k, x in NOISE.items() if x.matrix is not None and x.takes_rate)
+        return (f"--lc {lc} trains with the noise's true T, which only noise of a matrix has (--noise {with_t}); "
                 f"for --noise {args.noise}, estimate it: --lc forward-anchor --warmup W")
     if args.warmup < 1:
         return f"--lc {lc} estimates T̂ from the models once their warm-up ends: give --warmup W (W >= 1 epochs of CE)"
+    return check_one_process(args, lc, "estimate of T̂")
+
+
+def check_one_process(args, lc, what):
+    """A stage that reads every training sample's prediction runs in one process: not under torchrun."""
     if "RANK" in os.environ:
-        return f"--lc {lc}'s estimate of T̂ reads every training sample's prediction in one process: not under torchrun"
+        return f"--lc {lc}'s {what} reads every training sample's prediction in one process: not under torchrun"
     return None
+
+
+def joint_begin(m, epochs):
+    """The epoch from whose start Joint optimisation's models train on their relabelled labels: the --joint-begin
+    fraction of the run's epochs (their code: epoch 70 of 200), at least 1."""
+    return max(1, round(m.comparators.joint_begin * epochs))
 
 
 def noise_of(m, lc):
@@ -214,6 +227,10 @@ class Correction(NamedTuple):
     estimate -- (probs, m) -> a tensor: what the run estimates of each model once its warm-up ends (mutual.Method's
               warmup), from the model's predicted probabilities (N, K) on the training set; the loss reads model k's
               as m.estimates[k] (Forward's and T-revision's T̂). None: no estimate
+    relabel -- (m, epochs) -> B: from the start of epoch B (0-based) on, each model trains on relabelled given
+              labels, the mean of its predicted probabilities on the training set (eval mode, no augmentation) at the
+              start of each of the last robust.JOINT_WINDOW epochs, recorded from epoch B - W + 1 on (Joint's); the
+              loss reads them as q. None: the given labels throughout
     check  -- (args) -> a line saying what the run lacks, or None: what train.py refuses before anything is written
     unbatched -- why tools.batched cannot train it ("" where it can)
     """
@@ -223,6 +240,7 @@ class Correction(NamedTuple):
     knobs: tuple = ()
     grad_rule: Callable | None = None
     estimate: Callable | None = None
+    relabel: Callable | None = None
     check: Callable | None = None
     unbatched: str = ""
 
@@ -267,4 +285,9 @@ LABEL_CORRECTIONS = {
     "cdr": Correction("CDR", grad_rule=lambda params, m: robust.cdr_mask_(params, 1 - (
         noise_of(m, "cdr")[1] if m.comparators.cdr_rate is None else m.comparators.cdr_rate)), knobs=("cdr_rate",),
                       unbatched="it acts on each model's gradients between backward and step"),
+    "joint": Correction("Joint optimisation (step 1)", loss=lambda logits, logp, q, y, m, clock, k: robust.joint_loss(
+        logits, q, m.comparators.joint_alpha, m.comparators.joint_beta, logp=logp),
+                        knobs=("joint_alpha", "joint_beta", "joint_begin"), relabel=joint_begin,
+                        check=lambda a: check_one_process(a, "joint", "relabelling"),
+                        unbatched="each run relabels its own samples"),
 }

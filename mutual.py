@@ -28,7 +28,7 @@ LCS              -- the label corrections' names (label_correction.LABEL_CORRECT
 OBJECTIVES, objective_for -- every objective, and the one a run trains by (the comparators' is baselines.objective)
 
 Every objective is a pure function of tensors with one signature, objective(z, y, method, chi, r, clock,
-draws), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
+draws, given), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
 objective over runs that differ in them (tools/batched.py).
 """
 import functools
@@ -45,24 +45,31 @@ from label_correction import LABEL_CORRECTIONS, one_hot
 from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
 
 
-def cmd_objective(z, y, method, chi, r, clock, draws=None):
+def cmd_objective(z, y, method, chi, r, clock, draws=None, given=None):
     """§3 for models A and B on one batch: Eqs. 3-6.
 
     z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, each
     model's (Method.chis_at: a pair of floats, or a (2,) tensor), or one float or 0-dim tensor for both; r:
     MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws is unused
-    (one signature for every objective). Returns Objective([L_A, L_B], taught, [q~_A,
+    (one signature for every objective). given: each model's given labels as rows (M, N, K) where the run has
+    relabelled them (given_rows); None: the one-hot of y. Returns Objective([L_A, L_B], taught, [q~_A,
     q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3) and taught[0, 1] mirrored.
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
-    q = one_hot(y, z[0].shape[-1])                                       # (N, K) the given labels
-    q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], clock)  # q~_A, no gradient
-    q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
+    q = given_rows(y, z[0].shape[-1], 2, given)                        # 2 x (N, K) the given labels
+    q_a = targets(method, q[0], logp_a.detach().exp(), h_a, r[0], clock)  # q~_A, no gradient
+    q_b = targets(method, q[1], logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
     chi = per_model(chi, 2)
     loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, (chi[0], chi[1]))
-    loss_a = self_loss(method, z[0], logp_a, q, q_a, y, clock, 0) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
-    loss_b = self_loss(method, z[1], logp_b, q, q_b, y, clock, 1) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
+    loss_a = self_loss(method, z[0], logp_a, q[0], q_a, y, clock, 0) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
+    loss_b = self_loss(method, z[1], logp_b, q[1], q_b, y, clock, 1) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
     return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
+
+
+def given_rows(y, k, m, given=None):
+    """Each of m models' given labels as (N, K) rows: the one-hot of y (N,), or where the run has relabelled them
+    (label_correction.Correction.relabel: Joint optimisation; train.py --labels-from) each model's own, given (M, N, K)."""
+    return [one_hot(y, k)] * m if given is None else list(given.unbind(0))
 
 
 def correction(method, clock):
@@ -93,24 +100,24 @@ def self_loss(method, logits, logp, q, q_tilde, y, clock, k):
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
 
-def own_targets(z, y, method, r, clock):
+def own_targets(z, y, method, r, clock, given=None):
     """What each of M models computes of its own before any distillation, as cmd_objective does for A and B:
-    log p (M x (N, K), float32, with gradient), H(p) (M x (N,), without), the given labels q (N, K) and q~
-    (M x (N, K), without gradient)."""
+    log p (M x (N, K), float32, with gradient), H(p) (M x (N,), without), the given labels q (M x (N, K);
+    given_rows) and q~ (M x (N, K), without gradient)."""
     logp, h = zip(*(log_probs(z_k) for z_k in z))
-    q = one_hot(y, z[0].shape[-1])
-    q_tilde = [targets(method, q, logp_k.detach().exp(), h_k, r_k, clock)
-               for logp_k, h_k, r_k in zip(logp, h, r)]
+    q = given_rows(y, z[0].shape[-1], len(z), given)
+    q_tilde = [targets(method, q_k, logp_k.detach().exp(), h_k, r_k, clock)
+               for q_k, logp_k, h_k, r_k in zip(q, logp, h, r)]
     return list(logp), list(h), q, q_tilde
 
 
-def cohort_objective(z, y, method, chi, r, clock, draws=None):
+def cohort_objective(z, y, method, chi, r, clock, draws=None, given=None):
     """Beyond the paper: a cohort of M >= 2 models (--peers), as Deep Mutual Learning trains cohorts: Eqs. 3-4
     for every pair, L_k = L_selfKD(k) + 1/(M-1) sum_{j != k} [H(p_j) < chi] H(q~_j, p_k) (Eqs. 5-6 at M = 2).
     With draws (shuffle_draws', (pairs, 2, N)), the shuffled-selection control (--select shuffled): each pair's
     count of confident samples at random positions (losses.cmd_distill). Arguments, result: cmd_objective's."""
     m = len(z)
-    logp, h, q, q_tilde = own_targets(z, y, method, r, clock)
+    logp, h, q, q_tilde = own_targets(z, y, method, r, clock, given)
     chi = per_model(chi, m)
     taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
     for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):
@@ -118,16 +125,16 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None):
             logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], (chi[a], chi[b]), None if draws is None else draws[i])
         distilled[a].append(loss_b2a)
         distilled[b].append(loss_a2b)
-    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y, clock, k) + mean(distilled[k]) for k in range(m)]
+    losses = [self_loss(method, z[k], logp[k], q[k], q_tilde[k], y, clock, k) + mean(distilled[k]) for k in range(m)]
     return Objective(losses, taught, q_tilde, h)
 
 
-def peer_mean_objective(z, y, method, chi, r, clock, draws=None):
+def peer_mean_objective(z, y, method, chi, r, clock, draws=None, given=None):
     """The control of Eqs. 5-6 (--peer-weight mean), for a pair and targets q~ only: where B teaches A (Eq. 3),
     L_A's term is the mean of H(q~_A, p_A) and H(q~_B, p_A), not their sum, so distilling moves a sample's
     target, never its weight (losses.peer_mean); B mirrored. With draws (--select shuffled too), the taught
     samples are shuffled as in cohort_objective. Arguments, result: cmd_objective's."""
-    logp, h, _, q_tilde = own_targets(z, y, method, r, clock)
+    logp, h, _, q_tilde = own_targets(z, y, method, r, clock, given)
     chi = per_model(chi, 2)
     _, _, b_taught_a, a_taught_b = cmd_distill(*logp, *q_tilde, *h, (chi[0], chi[1]), None if draws is None else draws[0])
     taught = {(1, 0): b_taught_a, (0, 1): a_taught_b}
@@ -158,10 +165,10 @@ def shuffle_draws(seed, epoch, batch, m, n, device):
 
 # ---------------------------------------------------------------- the comparators of Table 4, and the step
 
-def all_knowledge_objective(z, y, method, chi, r, clock, draws=None):
+def all_knowledge_objective(z, y, method, chi, r, clock, draws=None, given=None):
     """The baselines of Table 4: every model learns all of its peers' predictions, by Deep Mutual Learning's
-    loss (mode mkd, Eq. 2) or KDCL-MinLogit's (mode kdcl). chi, r, clock and draws are unused (one signature
-    for every objective). Returns Objective(losses, taught = every sample, q_tilde = the predictions, h)."""
+    loss (mode mkd, Eq. 2) or KDCL-MinLogit's (mode kdcl). chi, r, clock, draws and given are unused (one
+    signature for every objective; these modes train on the given labels, --lc ce). Returns Objective(losses, taught = every sample, q_tilde = the predictions, h)."""
     m, c = len(z), method.comparators
     logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
     losses = (dml_loss(z, one_hot(y, z[0].shape[-1]), c.mkd_eps) if method.mode == "mkd" else
@@ -200,18 +207,19 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the run's objective, backward.
 
     nets, opts: the models and their optimisers. batch: (x, y, y_clean), y the given labels and y_clean the
-    clean ones (the given ones when unknown), used only for the sums. chi: Eq. 7 now (None for mkd, kdcl and
+    clean ones (the given ones when unknown), used only for the sums; where the run has relabelled its samples,
+    also each model's given labels as rows (M, N, K) (given_rows). chi: Eq. 7 now (None for mkd, kdcl and
     SMALL_LOSS); r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a
     Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
     ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
     on (--amp fp16): its step then reads back whether each model's gradients are finite, a wait per model.
     """
-    x, y, y_clean = batch
+    x, y, y_clean, *given = batch
     with torch.autocast(**precision.autocast):
         z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
     draws = (shuffle_draws(clock.seed, clock.epoch, clock.batch, len(nets), len(y), y.device)
              if method.select == "shuffled" else None)
-    out = objective_for(method, len(nets))(z, y, method, chi, r, clock, draws)
+    out = objective_for(method, len(nets))(z, y, method, chi, r, clock, draws, *given)
     total = sum(out.losses[1:], out.losses[0])        # L_A + L_B
     for o in opts:
         o.zero_grad(set_to_none=True)
@@ -368,7 +376,7 @@ def positive(v):
 @dataclass(frozen=True)
 class Comparators:
     """The settings of the methods CMD is compared with (Tables 2-4: Tf-KD_reg, GCE, MKD, KDCL, Co-teaching,
-    Co-teaching+, JoCoR; Table 3's APL, MentorNet PD and CDR, robust.py), none of them the paper's own. Held by
+    Co-teaching+, JoCoR; Table 3's APL, MentorNet PD, CDR and Joint optimisation, robust.py), none of them the paper's own. Held by
     Method.comparators; each field is also train.py's flag of the same name, with this default and help."""
     tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
                          (lambda v: 0 < v < 1, "in (0, 1)"))
@@ -404,6 +412,13 @@ class Comparators:
     cdr_rate: float | None = knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate "
                                         "with --noise sym/pair, as the authors' code sets it; give it otherwise)",
                                   (lambda v: 0 <= v < 1, "in [0, 1)"))
+    joint_alpha: float = knob(1.0, "Joint optimisation: α of its prior term L_p (--lc joint; the authors' default)",
+                              (lambda v: 0 <= v < math.inf, "at least 0"))
+    joint_beta: float = knob(0.5, "Joint optimisation: β of its entropy term L_e (--lc joint; the authors' default)",
+                             (lambda v: 0 <= v < math.inf, "at least 0"))
+    joint_begin: float = knob(0.35, "Joint optimisation: the fraction of --epochs after which each sample's label is "
+                                    "the mean of the model's last 10 epochs of predictions (--lc joint; the "
+                                    "authors': epoch 70 of 200)", (lambda v: 0 < v <= 1, "in (0, 1]"))
     anchor_percentile: float = knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident "
                                            "sample below this percentile (100: the most confident, the authors' "
                                            "CIFAR-100 setting; 97: their CIFAR-10 one)",

@@ -11,6 +11,9 @@ reweight_loss     -- T-revision's importance reweighting (Xia et al. 2019) with 
 mentornet_pd_loss -- MentorNet (Jiang et al. 2018), its predefined self-paced curriculum, the form that needs
                      no clean data
 cdr_mask_         -- CDR (Xia et al. 2021): the gradient kept on the critical parameters alone
+joint_loss        -- Joint optimisation (Tanaka et al. 2018), its first step: the CE with each sample's current
+                     (soft) label, a prior term and an entropy term
+joint_history     -- ... its labels: the last `window` epochs' predictions, whose mean each sample is relabelled to
 
 Where the paper and its authors' code differ, the docstring says which is followed, and why. The formulas were read
 in the authors' public code; the papers' equation numbers were not checked here, so none is cited. Every loss is
@@ -183,3 +186,37 @@ def cdr_mask_(params, keep):
     threshold = flat.topk(n_keep).values[-1]
     for p, s in zip(weights, scores):
         p.grad.mul_((s >= threshold).to(p.grad.dtype) * keep)
+
+
+JOINT_WINDOW = 10  # the epochs of predictions whose mean a sample's label becomes (their code: "the past 10 epochs")
+
+
+def joint_loss(logits, q, alpha=1.0, beta=0.5, logp=None):
+    """Joint optimisation's first step (Tanaka et al. 2018: L = L_c + α L_p + β L_e), as their code computes it
+    (first_step_train.py, TrainChain):
+
+      L_c = −mean_n Σ_j q_nj log s_nj     the CE with the sample's current label q_n (the paper's KL(q_n ‖ s_n)
+                                           up to a constant; soft, the labels their code runs)
+      L_p = −Σ_j p_j log s̄_j              s̄ the batch's mean prediction, p the uniform prior of their code
+      L_e = −mean_n Σ_j s_nj log s_nj     the predictions' entropy, with gradient through both factors
+
+    α = 1.0 and β = 0.5 are their code's defaults (their README: α 1.2, β 0.8 for symmetric 70%; α 0.8, β 0.4 for
+    asymmetric 40%). q starts as the one-hot given label; from an epoch on, each sample's label is the mean of the
+    model's last predictions (joint_history). No epsilon, as theirs: a batch's mean prediction is positive.
+    logits: (N, K) with gradient; q: (N, K) the labels, constant. Returns a scalar.
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    s = logp.exp()
+    l_c = -(q.detach() * logp).sum(-1).mean()
+    l_p = -torch.log(s.mean(0)).mean()  # −Σ_j (1/K) log s̄_j
+    l_e = -(s * logp).sum(-1).mean()
+    return l_c + alpha * l_p + beta * l_e
+
+
+def joint_history(history, probs, window=JOINT_WINDOW):
+    """Joint optimisation's label update (their TrainData.label_update): a model's predictions on the training set,
+    probs (N, K), join the last ones kept, history (W, N, K) or None; at most `window` are kept, the oldest dropped.
+    Each sample's label is then history.mean(0). Returns the new history."""
+    probs = probs[None]
+    return probs if history is None else torch.cat([history[max(0, len(history) - window + 1):], probs.to(history)])

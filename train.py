@@ -39,6 +39,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+import robust
+
 from label_correction import LABEL_CORRECTIONS, confidence_from_sum
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from training import datasets, graph, images, rundir, runfiles
@@ -90,6 +92,9 @@ def main(argv=None):
     method = dataclasses.replace(method, estimates=run.estimates(setup.device))  # a warm-up's estimates, on resume
     loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
         args, d, setup)))
+    if args.labels_from is not None:  # Joint optimisation's second step: each model on its relabelled labels
+        loop.batches.soft = rundir.load_labels(args.labels_from, noisy, len(models.nets), d.num_classes).to(
+            setup.device)
     evals = eval_batches(d, tests, setup.placement(args.workers))
     row = summary = writer = None
     try:
@@ -112,7 +117,8 @@ def main(argv=None):
             run.log_epoch(row, hist.cpu().numpy(), chis, models, r, loop.method.estimates)
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
-            summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
+            labels = final_labels(loop, args.epochs, d, train, args, setup)
+            summary = finish(args, row, run, models, weights_meta(args, d, train), writer, labels)
         setup.ranks.agree()  # under torchrun: rank 0 has written the run's last files
     except (KeyboardInterrupt, datasets.DataError, runfiles.WriteError) as e:
         stopped(setup.ranks.settled(e), run, argv, loop.progress, setup.ranks)  # under torchrun, every rank at once
@@ -212,21 +218,59 @@ def data_and_labels(args, run, setup):
 
 
 def stage(loop, epoch, d, train, args, setup):
-    """Where the run's label correction estimates something of each model once its warm-up ends (Forward's and
-    T-revision's T̂: label_correction.Correction.estimate): at the first epoch after the warm-up, from each model's
-    predicted probabilities on the training set, in eval mode and without augmentation. Returns the loop, training
-    from then on with the estimates (Method.estimates; the checkpoint keeps them)."""
-    m = loop.method
-    estimate = LABEL_CORRECTIONS[m.lc].estimate
-    if estimate is None or m.estimates is not None or epoch < m.warmup:
+    """What the run's label correction makes of each model's predicted probabilities on the training set (eval mode,
+    without augmentation), at the start of an epoch (label_correction.Correction):
+    - estimate: once the warm-up ends, each model's estimate (Forward's and T-revision's T̂), which the model trains
+      with from then on;
+    - relabel: from the epoch its window starts, each model's last predictions (robust.joint_history), whose mean
+      is the model's given labels from the epoch relabel names on (Joint optimisation).
+    Method.estimates holds either, and the checkpoint keeps it. Returns the loop, training from then on with them."""
+    m, c = loop.method, LABEL_CORRECTIONS[loop.method.lc]
+    if c.relabel is not None:
+        return relabelled(loop, epoch, c.relabel(m, args.epochs), d, train, args, setup)
+    if c.estimate is None or m.estimates is not None or epoch < m.warmup:
         return loop
-    probs = predictions(loop.fwd, eval_batches(d, {"train": train}, setup.placement(args.workers))["train"],
-                        loop.precision.autocast)
-    estimates = tuple(estimate(p, m).to(setup.device) for p in probs)
-    setup.log(f"stage: after {m.warmup} warm-up epoch{'s' if m.warmup > 1 else ''} of CE, {LABEL_CORRECTIONS[m.lc].title} "
+    probs = train_predictions(loop, d, train, args, setup)
+    estimates = tuple(c.estimate(p, m).to(setup.device) for p in probs)
+    setup.log(f"stage: after {m.warmup} warm-up epoch{'s' if m.warmup > 1 else ''} of CE, {c.title} "
               f"trains with each model's estimate from its predictions on the {len(train.labels)} training samples",
               flush=True)
     return loop.training_by(dataclasses.replace(m, estimates=estimates), setup)
+
+
+def train_predictions(loop, d, train, args, setup):
+    """Each model's predicted probabilities on every training sample, in order: eval mode, no augmentation."""
+    return predictions(loop.fwd, eval_batches(d, {"train": train}, setup.placement(args.workers))["train"],
+                       loop.precision.autocast)
+
+
+def relabelled(loop, epoch, begin, d, train, args, setup):
+    """Joint optimisation's label update at the start of epoch (0-based): from epoch begin - JOINT_WINDOW + 1 on,
+    each model's predictions join its history (Method.estimates); from epoch begin on, the batches carry each
+    model's mean of them as its given labels (Batches.soft). The step reads the labels from the batch, so it is
+    not made anew."""
+    if epoch < max(1, begin - robust.JOINT_WINDOW + 1):
+        return loop
+    m = loop.method
+    kept = m.estimates or (None,) * len(loop.fwd)
+    history = tuple(robust.joint_history(h, p.to(setup.device)) for h, p in
+                    zip(kept, train_predictions(loop, d, train, args, setup)))
+    if epoch >= begin:
+        loop.batches.soft = torch.stack([h.mean(0) for h in history])
+        if epoch == begin < args.epochs:
+            setup.log(f"stage: from epoch {epoch + 1}, each model trains on its mean prediction of the last "
+                      f"{len(history[0])} epochs as each sample's label", flush=True)
+    return loop._replace(method=dataclasses.replace(m, estimates=history))
+
+
+def final_labels(loop, epochs, d, train, args, setup):
+    """The labels a relabelling run ends with (Joint optimisation: their code saves the update after the last
+    epoch), for --labels-from: each model's mean of its history once its final predictions have joined it, (M, n,
+    K); None for a run that does not relabel. Computed again on a resume of the finished run's last epoch."""
+    c = LABEL_CORRECTIONS[loop.method.lc]
+    if c.relabel is None:
+        return None
+    return relabelled(loop, epochs, epochs, d, train, args, setup).batches.soft
 
 
 def train_epoch(loop, epoch, r, k):
@@ -287,10 +331,10 @@ def weights_meta(args, d, train):
                 std=d.std)
 
 
-def finish(args, row, run, models, meta, writer):
-    """The end of a run (rank 0): the final weights with meta (weights_meta), summary.json, the last line.
-    Returns the summary."""
-    summary = run.finish(row, models, meta=meta)
+def finish(args, row, run, models, meta, writer, labels=None):
+    """The end of a run (rank 0): the final weights with meta (weights_meta), a relabelling run's final labels
+    (final_labels), summary.json, the last line. Returns the summary."""
+    summary = run.finish(row, models, meta=meta, labels=labels)
     if writer is not None:
         writer.close()
     print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +

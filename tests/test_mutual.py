@@ -56,7 +56,8 @@ def expected_self_loss(method, z, q, y, r, progress):
                      "mentornet": lambda: robust.mentornet_pd_loss(z, y, c.mentornet_percentile, c.mentornet_burn_in,
                                                                    progress),
                      "forward-anchor": lambda: robust.forward_loss(z, y, ESTIMATE),
-                     "trevision": lambda: robust.reweight_loss(z, y, ESTIMATE)}
+                     "trevision": lambda: robust.reweight_loss(z, y, ESTIMATE),
+                     "joint": lambda: robust.joint_loss(z, q, c.joint_alpha, c.joint_beta)}
     if method.lc not in oracle and method.lc not in robust_losses:  # a label correction added to the registry: its
         # formula goes here, written apart
         pytest.fail(f"--lc {method.lc} has no target written from its formula in expected_self_loss")

@@ -199,7 +199,8 @@ def other_value(f):
 
 def step_of(method, m=2, epoch=1):
     """What one training step computes (its sums) for this method: train.py's step on a fixed batch of 64 for a
-    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, in epoch `epoch` + 1 of 10 (epoch 1:
+    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, with fixed relabelled rows once a
+    relabelling correction relabels (Joint's), in epoch `epoch` + 1 of 10 (epoch 1:
     t/Γ = 0.125, where Eq. 7's b, ProSelfLC's transit and the comparators' R(t) all matter; epoch 8, where R(t)
     keeps few enough of Co-teaching+'s disagreements that τ moves the count). The inputs' scales spread the predictions'
     entropies over [0, ln K], so that a χ that moves moves the selection."""
@@ -217,7 +218,11 @@ def step_of(method, m=2, epoch=1):
     y = torch.randint(0, 4, (64,), generator=g)
     clock = Clock(epoch, 1, 4, 10, 0)
     precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
-    sums, _ = mutual_step(nets, opts, (x, y, (y + 1) % 4), method, method.chis_at(clock.t, clock.epochs, 4, m),
+    batch = (x, y, (y + 1) % 4)
+    relabel = label_correction.LABEL_CORRECTIONS[method.lc].relabel
+    if relabel is not None and epoch >= relabel(method, clock.epochs):  # relabelled by now: each model's own rows
+        batch += (torch.softmax(3 * torch.randn(m, 64, 4, generator=torch.Generator().manual_seed(2)), -1),)
+    sums, _ = mutual_step(nets, opts, batch, method, method.chis_at(clock.t, clock.epochs, 4, m),
                           [torch.tensor(0.6), torch.tensor(0.8)][:m], clock, precision)
     return torch.cat([sums, *(p.detach().flatten() for n in nets for p in n.parameters())])  # and the update
 
@@ -265,7 +270,8 @@ def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_re
             else:
                 changed = dataclasses.replace(base, comparators=dataclasses.replace(base.comparators, **{
                     f.name: other_value(f)}))
-            changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in (1, 8))
+            epochs = (1, 8) + ((3,) if label_correction.LABEL_CORRECTIONS[lc].relabel else ())  # where it relabels
+            changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in epochs)
             assert changes == read, (
                 f"{f.name} = {other_value(f)} with --mode {mode} --lc {lc}: "
                 + ("declared read but changes nothing the step computes" if read else

@@ -225,8 +225,8 @@ def test_a_run_stopped_before_or_after_its_stage_resumes_equal(tmp_path, capsys,
 @pytest.mark.parametrize("flags,message", [
     (["--lc", "trevision"], "--lc trevision estimates T̂ from the models once their warm-up ends: give --warmup W"),
     (["--lc", "forward-anchor"], "--lc forward-anchor estimates T̂ from the models once their warm-up ends"),
-    (["--lc", "forward", "--noise", "none"], "--lc forward trains with the noise's true T, which only synthetic noise "
-                                             "has (--noise sym or pair); for --noise none, estimate it: --lc "
+    (["--lc", "forward", "--noise", "none"], "--lc forward trains with the noise's true T, which only noise of a "
+                                             "matrix has (--noise sym or pair); for --noise none, estimate it: --lc "
                                              "forward-anchor --warmup W"),
 ])
 def test_what_a_stage_needs_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, flags, message):
@@ -236,3 +236,150 @@ def test_what_a_stage_needs_is_refused_in_one_line_before_anything_is_written(tm
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- Joint optimisation: its loss, its relabelling
+
+def test_joint_by_hand():
+    # p = (1/2, 1/4, 1/4), q the one-hot of class 0, a batch of one: L_c = ln 2; L_p = −(1/3)(ln 1/2 + 2 ln 1/4)
+    # = (5/3) ln 2; L_e = H(p) = (3/2) ln 2
+    z, q = logits_of([[0.5, 0.25, 0.25]]), torch.tensor([[1.0, 0.0, 0.0]])
+    ln2 = math.log(2)
+    assert robust.joint_loss(z, q, alpha=0.0, beta=0.0).item() == pytest.approx(ln2, rel=1e-6)
+    assert robust.joint_loss(z, q, alpha=1.0, beta=0.0).item() == pytest.approx(ln2 + 5 / 3 * ln2, rel=1e-6)
+    assert robust.joint_loss(z, q, alpha=0.0, beta=1.0).item() == pytest.approx(ln2 + 1.5 * ln2, rel=1e-6)
+    # a soft label: L_c = −(1/2 ln 1/2 + 1/2 ln 1/4) = (3/2) ln 2
+    soft = torch.tensor([[0.5, 0.5, 0.0]])
+    assert robust.joint_loss(z, soft, alpha=0.0, beta=0.0).item() == pytest.approx(1.5 * ln2, rel=1e-6)
+
+
+def test_joint_is_the_authors_loss_and_its_gradient():
+    """DaikiTanaka-UT/JointOptimization, first_step_train.py: TrainChain.__call__, its Chainer ops in torch; the
+    gradient too, so that the entropy term's flows through both of its factors, as theirs."""
+    g = torch.Generator().manual_seed(4)
+    z = (3 * torch.randn(32, 10, generator=g)).requires_grad_()
+    soft_label = torch.softmax(torch.randn(32, 10, generator=g), 1)
+    alpha, beta = 1.2, 0.8
+    s = F.softmax(z, dim=1)
+    s_ = torch.mean(s, dim=0)
+    p = torch.ones(10) / 10.
+    L_c = -torch.mean(torch.sum(F.log_softmax(z, dim=1) * soft_label, dim=1))
+    L_p = -torch.sum(torch.log(s_) * p)
+    L_e = -torch.mean(torch.sum(F.log_softmax(z, dim=1) * s, dim=1))
+    want = L_c + alpha * L_p + beta * L_e
+    (want_grad,) = torch.autograd.grad(want, z)
+    got = robust.joint_loss(z, soft_label, alpha, beta)
+    (got_grad,) = torch.autograd.grad(got, z)
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    assert torch.allclose(got_grad, want_grad, atol=1e-7)
+
+
+def test_the_label_history_keeps_the_last_window_and_its_mean_is_the_label():
+    history = None
+    for e in range(13):
+        history = robust.joint_history(history, torch.full((2, 3), float(e)), window=10)
+    assert history.shape == (10, 2, 3) and history[:, 0, 0].tolist() == [float(e) for e in range(3, 13)]
+    assert torch.equal(history.mean(0), torch.full((2, 3), 7.5))  # the mean of epochs 3..12
+
+
+@pytest.mark.parametrize("mode", ["zero", "progressive"])
+def test_relabelled_rows_are_each_models_given_labels_in_the_objective(mode):
+    """A batch that carries each model's rows G (M, N, K): model k's own loss is the label correction's on G[k]
+    (Joint's loss, and under --labels-from CE's H(G[k], p_k)), and under CMD the peer distils G[k] too."""
+    from losses import log_probs, soft_cross_entropy
+    from mutual import Clock, Method, objective_for
+    g = torch.Generator().manual_seed(5)
+    z = [torch.randn(8, 4, generator=g) for _ in range(2)]
+    y = torch.randint(0, 4, (8,), generator=g)
+    rows = torch.softmax(torch.randn(2, 8, 4, generator=g), -1)
+    clock, r = Clock(0, 0, 1, 1, 0), [torch.zeros(())] * 2
+    for lc in ("joint", "ce"):
+        method = Method(mode=mode, lc=lc, eta=math.inf if mode == "zero" else 1.0, b=0.0)
+        out = objective_for(method, 2)(z, y, method, (0.0, 0.0) if mode == "zero" else (9.9, 9.9), r, clock, None,
+                                       rows)
+        for k in range(2):
+            logp = log_probs(z[k])[0]
+            own = (robust.joint_loss(z[k], rows[k]) if lc == "joint" else soft_cross_entropy(rows[k], logp).mean())
+            peer = soft_cross_entropy(rows[1 - k], logp).mean() if mode == "progressive" else 0.0
+            assert out.losses[k].item() == pytest.approx(float(own + peer), rel=1e-6), (lc, k)
+
+
+JOINT = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "96", "--synthetic-test-size", "48",
+         "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "3",
+         "--mode", "zero", "--noise", "pair", "--lc", "joint", "--joint-begin", "0.67"]  # epoch 2 of 3: relabelled
+
+
+def train_probs(out, flags, weights):
+    """Each model's predictions on the training set (eval mode, in order) with the weights weights(k) gives."""
+    from mutual import NAMES
+    from training import build, config
+    from training.report import predictions
+    args = config.resolve(config.get_args(flags + ["--out", str(out)]))
+    d, train_set, _, _ = build.load_data(args)
+    setup = build.Setup.of(args)
+    nets = build.build_models(args, d.num_classes, train_set, setup).nets
+    for k, net in zip(NAMES, nets):
+        net.load_state_dict(weights(k))
+    return predictions(nets, build.eval_batches(d, {"train": train_set}, setup.placement())["train"],
+                       dict(device_type="cpu", enabled=False))
+
+
+def test_joint_relabels_with_the_mean_of_each_models_last_predictions_and_resumes_equal(tmp_path, capsys, monkeypatch):
+    """A run stopped after epoch 2 (its checkpoint: the predictions at the start of epochs 2 and 3, 1-based, in
+    its history) resumes to the uninterrupted run bit for bit; the uninterrupted run's history ends with the
+    predictions of the models the stopped run kept; its labels.npz is each model's mean of that history and of
+    its final predictions."""
+    import train
+    from test_stops import FullDisk, assert_same_run, command_in, one_line
+    from training import runfiles
+    full, out = tmp_path / "full", tmp_path / "run"
+    train.main(JOINT + ["--out", str(full)])
+    monkeypatch.setattr(runfiles, "open", FullDisk("metrics.jsonl", after=3), raising=False)
+    with pytest.raises(SystemExit):
+        train.main(JOINT + ["--out", str(out)])
+    line = one_line(capsys.readouterr().err)
+    assert "checkpoint.pt holds epoch 2" in line, line
+    stopped = torch.load(out / "checkpoint.pt", weights_only=True)
+    monkeypatch.undo()
+    train.main(command_in(line))
+    assert_same_run(str(out), str(full))
+    ckpt = torch.load(full / "checkpoint.pt", weights_only=True)
+    kept = train_probs(out, JOINT, lambda k: stopped[f"model_{k}"])  # the models after epoch 2
+    final = train_probs(full, JOINT, lambda k: torch.load(full / f"model_{k}.pt", weights_only=True))
+    with np.load(full / "labels.npz", allow_pickle=False) as labels:
+        for k, p_kept, p_final in zip("ab", kept, final):
+            history = ckpt[f"estimate_{k}"]
+            assert history.shape == (2, 96, 4) and torch.equal(history[-1], p_kept), k
+            assert np.allclose(labels[k], torch.cat([history, p_final[None]]).mean(0).numpy(), atol=1e-7), k
+
+
+def test_the_second_step_trains_each_model_on_its_own_labels_from_scratch(tmp_path, capsys):
+    """--labels-from: epoch 1 of a CE run on the rows of a joint run, against epoch 1 of the same run on its given
+    labels: the loss differs, and the refusals say what is wrong in one line and write nothing."""
+    import json
+
+    import train
+    step1, step2, plain = tmp_path / "joint", tmp_path / "second", tmp_path / "plain"
+    train.main(JOINT + ["--out", str(step1)])
+    second = [a for a in JOINT if a not in ("--joint-begin", "0.67")]
+    second[second.index("joint")] = "ce"
+    train.main(second + ["--out", str(step2), "--labels-from", str(step1)])
+    train.main(second + ["--out", str(plain)])
+    rows = [[json.loads(line) for line in open(d / "metrics.jsonl")] for d in (step2, plain)]
+    assert rows[0][0]["train_loss_a"] != rows[1][0]["train_loss_a"]
+    for flags, message in [
+        (["--noise", "sym"], "trained on other given labels than this run's"),
+        (["--labels-from", str(plain)], "labels.npz or its noisy_labels.npy cannot be read"),
+        (["--mode", "coteach", "--lc", "ce"], "--mode coteach trains on the given integer labels"),
+    ]:
+        argv = second + ["--labels-from", str(step1)]
+        for i in range(0, len(flags), 2):
+            if flags[i] in argv:
+                argv[argv.index(flags[i]) + 1] = flags[i + 1]
+            else:
+                argv += flags[i:i + 2]
+        with pytest.raises(SystemExit) as e:
+            train.main(argv + ["--out", str(tmp_path / "refused")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+        assert not (tmp_path / "refused").exists()

@@ -165,7 +165,7 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
 
 def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_the_papers_numbers():
     todo = paper_tables.jobs("table3", "paper", 1, "sweeps")
-    assert len(todo) == 15 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
+    assert len(todo) == 17 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
     by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
     cp = by_name["coteach+-pair40-resnet50-s0"]
     assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)
@@ -174,6 +174,11 @@ def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside
     assert by_name["zero-dmi-sym40-resnet50-s0"].warmup == 80 and by_name["zero-cdr-pair20-resnet50-s0"].cdr_rate == 0.2
     assert {by_name[f"zero-{lc}-sym20-resnet50-s0"].lc for lc in ("forward", "mentornet", "apl")} == {
         "forward", "mentornet", "apl"}
+    # Joint's second step reads its first step's folder of the same column and seed, and starts after it
+    step1, step2 = by_name["zero-joint-pair40-resnet50-s0"], by_name["zero-ce-pair40-after-joint-1-resnet50-s0"]
+    assert (step1.lc, step1.joint_begin, step2.lc) == ("joint", 0.35, "ce")
+    assert step2.labels_from == step1.out and {j["after"] for j in todo if j["after"]} == {
+        by_name[n].out for n in by_name if n.startswith("zero-joint-")}
     t = sweep.PRESETS["table3"][0]
     assert sweep.paper_of(t, "coteach+", "pair40") == 38.03 and sweep.paper_of(t, "gce", "sym40") == 57.97
     assert sweep.paper_of(t, "progressive-mylc", "sym40") == 64.30 and "jocor" not in t["paper"]

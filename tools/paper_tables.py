@@ -21,6 +21,9 @@ import os
 from training import runfiles
 from training.errors import UserError
 
+AFTER = "@row:"  # a flag's value that names another row of its table: the folder of that row's run of the same
+# column and seed, which the run reads (Joint optimisation's second step, --labels-from its first); it starts after
+
 # ---------------------------------------------------------------- the paper's numbers
 # Mean final test accuracy (%) of the two models, one list per row in the column order of PRESETS.
 # The paper disagrees with itself in places: Table 1's zero-knowledge CP and ProSelfLC (50.06, 62.75)
@@ -131,11 +134,12 @@ PRESETS = {
                       ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
                       ("mylc", "MyLC", method("zero", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc")),
+                      ("joint-1", "Joint, step 1 (relabelled from epoch 70 of 200)", method("zero", "joint")),
+                      ("joint", "Joint (step 2: new networks on step 1's labels)",
+                       method("zero", "ce") + ["--labels-from", AFTER + "joint-1"]),
                       ("jocor", "JoCoR (not in the paper)", method("jocor") + ["--jocor-lambda", "0.85"])],
                      [*PAIR_NOISE, *sym(20, 40)],
-                     missing=[("joint", "Joint", "not built yet: its labels are updated per sample from the network's "
-                                                 "predictions, then a second network trains on them from scratch"),
-                              ("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
+                     missing=[("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
                                              "rewarded on clean test labels (docs/training.md)")],
                      smoke_rows=None)],
     # Self KD rows train each model alone: zero knowledge. "Different" is one run of a ResNet18 (A)
@@ -234,6 +238,15 @@ def cell_flags(t, row, col, scale):
     return flags
 
 
+def after(t, flags, col, scale, seed, sweep_dir):
+    """(flags with each AFTER value replaced by that row's run folder, the folder or None)."""
+    out, dep = list(flags), None
+    for i, v in enumerate(out):
+        if isinstance(v, str) and v.startswith(AFTER):
+            dep = out[i] = os.path.join(sweep_dir, f"{run_name(cell_flags(t, v[len(AFTER):], col, scale))}-s{seed}")
+    return out, dep
+
+
 def run_name(flags):
     """A run's directory name from its flags, so that cells with the same flags share one run."""
     f = dict(zip(flags[::2], flags[1::2]))
@@ -243,12 +256,14 @@ def run_name(flags):
     else:
         parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
     parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b", "--peers") if k in f]
+    parts += [f"after-{f['--labels-from'][len(AFTER):]}"] if f.get("--labels-from", "").startswith(AFTER) else []
     return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
 
 
 def jobs(preset, scale, seeds, sweep_dir, extra=()):
-    """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, and key (the
-    flags that make the run what it is, kept in its folder as sweep.json). UserError for a preset
+    """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, key (the
+    flags that make the run what it is, kept in its folder as sweep.json) and after (the folder of the run it
+    reads and starts after, or None: AFTER). UserError for a preset
     of PAPER_SCALE_ONLY below paper scale."""
     if scale != "paper" and preset in PAPER_SCALE_ONLY:
         raise UserError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
@@ -264,7 +279,8 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
                     seen.add(name)
                     d = os.path.join(sweep_dir, name)
                     key = SCALES[scale] + flags + ["--seed", str(seed)]
-                    out.append(dict(name=name, dir=d, key=key, argv=key + ["--out", d, *extra]))
+                    resolved, dep = after(t, key, col, scale, seed, sweep_dir)
+                    out.append(dict(name=name, dir=d, key=key, argv=resolved + ["--out", d, *extra], after=dep))
     return out
 
 

@@ -65,8 +65,15 @@ def run_jobs(todo, gpus=0, jobs=1):
     try:
         while pending or running:
             for slot in slots:
-                if slot not in running and pending:
-                    running[slot] = start(*pending.pop(0), slots[slot])
+                ready = next((p for p in pending if blocked(p[1], todo, failed) is None), None)
+                if slot not in running and ready is not None:
+                    pending.remove(ready)
+                    running[slot] = start(*ready, slots[slot])
+            stuck = not running and all(blocked(job, todo, failed) for _, job in pending)  # its run is elsewhere
+            for i, job in [p for p in pending if stuck or blocked(p[1], todo, failed) == "failed"]:
+                pending.remove((i, job))
+                failed[job["name"]] = f"the run it reads, {job['after']}, {'failed' if not stuck else 'has not finished'}"
+                print(f"[{i + 1}/{len(todo)}] {job['name']}: FAILED: {failed[job['name']]}", flush=True)
             time.sleep(0.1)
             for slot, r in list(running.items()):
                 if r["proc"].poll() is None:
@@ -96,6 +103,14 @@ def run_jobs(todo, gpus=0, jobs=1):
                 r["proc"].wait()
         raise
     return failed
+
+
+def blocked(job, todo, failed):
+    """None where job can start: it reads no other run (paper_tables.AFTER), or that run has finished; "waits" while
+    that run has yet to finish, "failed" where it failed."""
+    if job.get("after") is None or runfiles.state(job["after"]) == runfiles.FINISHED:
+        return None
+    return "failed" if any(j["dir"] == job["after"] and j["name"] in failed for j in todo) else "waits"
 
 
 def start(i, job, env):
@@ -378,8 +393,13 @@ def main(argv=None, cluster="slurm"):
         print_commands(job["argv"] for job in todo)
         return 0
     try:
-        if args.launcher == "slurm":
-            failed, waiting = slurm.submit(todo, args, sweep_dir, cluster)
+        if args.launcher == "slurm":  # a run that reads another's waits for it: the same command again submits it
+            later = {job["name"]: "queued" for job in todo if blocked(job, todo, {}) is not None}
+            for job in todo:
+                if job["name"] in later:
+                    print(f"{job['name']}: starts once {job['after']} has finished; the same command then submits it")
+            failed, waiting = slurm.submit([job for job in todo if job["name"] not in later], args, sweep_dir, cluster)
+            waiting.update(later)
         else:
             waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
             failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)

@@ -163,6 +163,10 @@ def parser():
                        f"{n}'s {h.name} ({', '.join(h.keys)}; default {h.default})" for n, h in human.items()
                        if None not in h.keys) + " (CIFAR-10N's worst is about 40%% wrong; aggre: majority vote of "
                                                 "three; random1-3: one annotator each)")
+    g.add_argument("--labels-from", metavar="DIR",
+                   help="train each model from scratch on the labels a finished --lc joint run in DIR ended with, "
+                        "model A on its A's (Joint optimisation's second step); the given labels are DIR's, so give "
+                        "the data and noise flags as it had them")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
                    help="training augmentation: the paper's crops and flips (appendix; mnist: crops only, a flipped "
                         "digit is another digit), or none")
@@ -314,6 +318,20 @@ def resolve_method(args):
     args.b = b if args.b is None else args.b
     args.lc = args.lc or Method().lc
     refuse_unread(args)
+    if args.labels_from is not None:
+        check_labels_from(args)
+
+
+def check_labels_from(args):
+    """--labels-from: a mode that trains on given labels it may be handed (Eqs. 3-6), and no relabelling of its own.
+    rundir.load_labels reads the folder's labels once the data is loaded (a sweep's second step names a folder its
+    first step has yet to fill)."""
+    if MODES[args.mode].thresholds is None:
+        raise UserError(f"--labels-from: --mode {args.mode} trains on the given integer labels; use --mode "
+                        f"{'/'.join(CMD_MODES)}")
+    if LABEL_CORRECTIONS[args.lc].relabel is not None:
+        raise UserError(f"--labels-from with --lc {args.lc}: it relabels the samples itself; use --lc ce for Joint "
+                        f"optimisation's second step")
 
 
 def knob_flags():

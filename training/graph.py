@@ -94,12 +94,12 @@ def place_lr(opts, how, device):
 
 
 def key(method, clock, batch):
-    """What a captured step bakes in from host numbers: the batch's shape, and for the small-loss comparators
+    """What a captured step bakes in from host numbers: the batch's shape and length, and for the small-loss comparators
     what baselines.keep_rule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
     choose branches; Co-teaching and JoCoR read R(t) alone). The rest of the clock the step reads is t/Γ,
     which the replay reads as a tensor. With a warm-up (Method.warmup), also which label correction the step trains
     by: CE in the warm-up's epochs, --lc's after them (mutual.correction)."""
-    shape = tuple(batch[0].shape)
+    shape = (*batch[0].shape, len(batch))  # a batch of relabelled samples carries their rows: a fourth tensor
     stage = (clock.epoch < method.warmup,) if method.warmup else ()
     if method.mode not in SMALL_LOSS:
         return (shape, *stage)

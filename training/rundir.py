@@ -273,6 +273,36 @@ def save_weights(out, nets, archs, meta):
     write_json(out, "weights.json", info)
 
 
+LABELS = "labels.npz"  # a relabelling run's final labels: one (n, K) array per model, named by NAMES
+
+
+def save_labels(out, rows):
+    """The labels a relabelling run (Joint optimisation) ended with: rows (M, n, K), model k's under NAMES[k]."""
+    with runfiles.replacing(os.path.join(out, LABELS), "wb") as f:
+        np.savez(f, **{k: r.detach().cpu().numpy() for k, r in zip(NAMES, rows)})
+
+
+def load_labels(src, noisy, m, num_classes):
+    """--labels-from src: the labels src's relabelling run ended with (save_labels), as float32 rows (m, n, K), read
+    without pickles; RunError (one line) unless src trained on the same given labels noisy (n,) with m models."""
+    path = os.path.join(src, LABELS)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            rows = [f[k] for k in NAMES[:m]]
+        given = np.load(os.path.join(src, "noisy_labels.npy"), allow_pickle=False)
+    except (OSError, ValueError, KeyError) as e:
+        raise RunError(f"--labels-from {src}: {path} or its noisy_labels.npy cannot be read with {m} models' labels "
+                       f"({type(e).__name__}); give the folder of a finished --lc joint run of {m} "
+                       f"models") from None
+    if not np.array_equal(given, noisy):
+        raise RunError(f"--labels-from {src} trained on other given labels than this run's (its dataset, --subset, "
+                       f"--val-split, --noise, --rate or --seed differ); give them as that run did")
+    if any(r.shape != (len(noisy), num_classes) or not np.all(np.isfinite(r)) for r in rows):
+        raise RunError(f"--labels-from {src}: {path} does not hold {m} finite ({len(noisy)}, {num_classes}) arrays; "
+                       f"give the folder of a finished --lc joint run")
+    return torch.as_tensor(np.stack(rows), dtype=torch.float32)
+
+
 def restore(ckpt, models, device):
     """Load a checkpoint's state in place into Models. Returns (epochs done, MyLC's r of each model, on device)."""
     for net, opt, lr_sched, k in zip(*models, NAMES):
@@ -394,11 +424,14 @@ class Run:
                     raise
             self.stopwatch.saved = row["epoch"]
 
-    def finish(self, row, models, meta):
-        """The final weights and summary.json (written last: its presence marks the run finished)."""
+    def finish(self, row, models, meta, labels=None):
+        """The final weights, a relabelling run's final labels (save_labels) and summary.json (written last: its
+        presence marks the run finished)."""
         summary = final_accuracies(row if row is not None else last_metrics(self.out))
         summary.update(epochs=self.config["epochs"], seconds=round(self.stopwatch.total(), 1))
         save_weights(self.out, models.nets, self.config["arch"].split(","), meta)
+        if labels is not None:
+            save_labels(self.out, labels)
         write_json(self.out, "summary.json", summary)
         return summary
 
