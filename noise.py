@@ -1,15 +1,19 @@
 """Synthetic label noise (paper §4.1, "Label noise generation").
 
-NOISE             -- the registry: train.py's --noise names, each a NoiseKind (its transition matrix, the rates
-                     it takes, the name plots show); everything that lists the kinds reads it
+NOISE             -- the registry: train.py's --noise names, each a NoiseKind (its transition matrix, or its rows
+                     per sample, the rates it takes, the name plots show); everything that lists the kinds reads it
 transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for a kind of NOISE that has a matrix
-add_noise         -- draw each sample's noisy label from its row of T, reproducibly
+instance_rows     -- idn: Xia et al. 2020's instance-dependent noise, each sample's row P(ỹ | x, y) from its image
+add_noise         -- draw each sample's noisy label from its row of T (or its own row), reproducibly
 
 Symmetric noise changes a label "uniformly to one of the other classes with a
 probability of noise rate r": a flipped label is always a different class, so the
 realised noise rate is r, not r (K - 1)/K as in code that draws from all K
 classes. Pair-flip noise moves a label to its adjacent class
 c + 1 mod K (Han et al. 2018, Co-teaching).
+
+Instance-dependent noise (idn) flips a sample more or less likely, and to a class that depends on its image: the
+same labels with other images give other flips.
 
 Human noise (CIFAR-N's labels) is read from files, not generated: training/cifar_n.py.
 """
@@ -32,6 +36,37 @@ def pair_flip(rate, k):
     return t
 
 
+def instance_rows(images, labels, rate, k, rng, std=0.1):
+    """idn: the instance-dependent noise of Xia et al. 2020 (NeurIPS, "Part-dependent label noise"), as their public
+    code draws it (tools.py, get_instance_noisy_label; the form CDR's experiments use):
+
+      q_n ~ N(r, std²) truncated to [0, 1]      each sample's flip rate, std = 0.1 (their norm_std)
+      W_c ~ N(0, 1)^(D x K)                      one projection per clean class
+      a_n = x_n W_{y_n}, a_n[y_n] = −inf         x_n the image as floats in [0, 1] (ToTensor's scale), flattened
+      P(ỹ | x_n, y_n) = q_n softmax(a_n), + 1 − q_n on y_n
+
+    so a sample keeps its label with probability 1 − q_n, and a flip goes where its own image points; the realised
+    rate is about r (a little above it for small r, by the truncation at 0). images: uint8 (N, C, H, W) (numpy or
+    tensor); labels: (N,) int64 clean; rng: a numpy Generator, from which q, then W are drawn (their code draws from
+    the global numpy state; here the run's seed). Returns (N, K) float64 rows summing to 1.
+    """
+    from scipy import stats  # only this kind needs it (requirements.txt lists it)
+    x = np.asarray(images.numpy() if hasattr(images, "numpy") else images).reshape(len(labels), -1)
+    q = stats.truncnorm.rvs((0 - rate) / std, (1 - rate) / std, loc=rate, scale=std, size=len(labels),
+                            random_state=rng)
+    w = rng.standard_normal((k, x.shape[1], k), dtype=np.float32)
+    a = np.empty((len(labels), k), dtype=np.float64)
+    for c in np.unique(labels):  # one product per clean class: (n_c, D) (D, K)
+        at = labels == c
+        a[at] = (x[at].astype(np.float32) / 255) @ w[c]
+    n = np.arange(len(labels))
+    a[n, labels] = -np.inf
+    p = np.exp(a - a.max(1, keepdims=True))
+    rows = q[:, None] * p / p.sum(1, keepdims=True)
+    rows[n, labels] += 1 - q
+    return rows
+
+
 class NoiseKind(NamedTuple):
     """One kind of label noise, as train.py's --noise names it.
 
@@ -41,6 +76,9 @@ class NoiseKind(NamedTuple):
     takes_rate -- the rate is the user's (--rate, default 0.4), not fixed (none) or the files' (human)
     max_rate   -- the rates it takes are [0, max_rate); why_max says why, where max_rate < 1
     min_classes -- the fewest classes K its matrix is defined for (a flipped label needs another class)
+    rows       -- (images (N, C, H, W) uint8, labels (N,), rate, K, rng) -> (N, K): each sample's own row of
+                  P(noisy label | its image, clean label), for a kind that depends on the sample (matrix None);
+                  rng a numpy Generator of the run's seed. None: the kind is a matrix, or files
     """
     title: str
     matrix: Callable | None
@@ -48,6 +86,7 @@ class NoiseKind(NamedTuple):
     max_rate: float = 1.0
     why_max: str = ""
     min_classes: int = 2
+    rows: Callable | None = None
 
 
 NOISE = {
@@ -55,6 +94,7 @@ NOISE = {
     "sym": NoiseKind("symmetric", symmetric),
     "pair": NoiseKind("pair-flip", pair_flip, max_rate=0.5, why_max="at 0.5 or more the flipped class is the majority "
                       "label of its class, so nothing tells the true one apart"),
+    "idn": NoiseKind("instance-dependent", None, rows=instance_rows),
     "human": NoiseKind("human", None, takes_rate=False),
 }
 def transition_matrix(kind, rate, num_classes):
@@ -63,7 +103,9 @@ def transition_matrix(kind, rate, num_classes):
     """
     if kind not in NOISE or NOISE[kind].matrix is None:
         drawn = [k for k, n in NOISE.items() if n.matrix is not None]
-        raise ValueError(f"unknown noise kind '{kind}'; choose from {', '.join(drawn)}")
+        what = "has no transition matrix: each sample has its own row" if kind in NOISE and NOISE[kind].rows else \
+            "is unknown"
+        raise ValueError(f"noise kind '{kind}' {what}; the kinds with a matrix: {', '.join(drawn)}")
     if not 0 <= rate < 1:
         raise ValueError(f"noise rate must be in [0, 1), got {rate}")
     k = num_classes
@@ -74,20 +116,33 @@ def transition_matrix(kind, rate, num_classes):
     return NOISE[kind].matrix(rate, k)
 
 
-def add_noise(labels, kind, rate, num_classes, seed):
-    """Noisy labels: label n is drawn from row labels[n] of transition_matrix(kind, rate, K).
+def add_noise(labels, kind, rate, num_classes, seed, inputs=None):
+    """Noisy labels: label n is drawn from row labels[n] of transition_matrix(kind, rate, K), or, for a kind that
+    depends on the sample (NoiseKind.rows), from its own row, made from inputs[n].
 
     labels: (N,) integer array-like of clean labels in [0, K). seed: int for
-    numpy.random.default_rng, whose PCG64 stream is the same on every machine.
-    Returns a new (N,) int64 numpy array; the input is never changed.
+    numpy.random.default_rng, whose PCG64 stream is the same on every machine. inputs: the N images, uint8
+    (N, C, H, W), for a kind with rows. Returns a new (N,) int64 numpy array; the input is never changed.
     """
     y = np.array(labels, dtype=np.int64)  # a copy
     if y.size and (y.min() < 0 or y.max() >= num_classes):
         raise ValueError(f"labels must lie in [0, {num_classes}), got [{y.min()}, {y.max()}]")
-    t = transition_matrix(kind, rate, num_classes)
-    if kind == "none" or rate == 0:
-        return y
-    u = np.random.default_rng(seed).random(len(y))  # one uniform draw per sample
-    cdf = np.cumsum(t, axis=1)[y]  # (N, K)
+    x = NOISE.get(kind)
+    if x is not None and x.rows is not None:
+        if not 0 <= rate < 1 or num_classes < x.min_classes:
+            raise ValueError(f"{kind} noise takes a rate in [0, 1) and at least {x.min_classes} classes")
+        if inputs is None or len(inputs) != len(y):
+            raise ValueError(f"{kind} noise draws each label from its sample's input: give the {len(y)} inputs")
+        if rate == 0:
+            return y
+        rng = np.random.default_rng(seed)
+        cdf = np.cumsum(x.rows(inputs, y, rate, num_classes, rng), axis=1)  # (N, K) each sample's own row
+        u = rng.random(len(y))  # then one uniform draw per sample
+    else:
+        t = transition_matrix(kind, rate, num_classes)
+        if kind == "none" or rate == 0:
+            return y
+        u = np.random.default_rng(seed).random(len(y))  # one uniform draw per sample
+        cdf = np.cumsum(t, axis=1)[y]  # (N, K)
     noisy = (u[:, None] >= cdf).sum(axis=1)  # the first class whose cdf exceeds u
     return np.minimum(noisy, num_classes - 1).astype(np.int64)  # guard cdf[-1] < 1 by rounding

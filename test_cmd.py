@@ -366,8 +366,10 @@ def test_transition_matrices():
     for bad in [-0.1, 1.0, 1.5]:
         with pytest.raises(ValueError, match=r"\[0, 1\)"):
             transition_matrix("sym", bad, K)
-    with pytest.raises(ValueError, match="unknown noise"):
+    with pytest.raises(ValueError, match="is unknown"):
         transition_matrix("asym", 0.2, K)
+    with pytest.raises(ValueError, match="has no transition matrix"):
+        transition_matrix("idn", 0.2, K)
 
 
 @pytest.mark.parametrize("kind,rate", [("sym", 0.2), ("sym", 0.6), ("pair", 0.4)])
@@ -387,6 +389,70 @@ def test_add_noise_rate_structure_and_determinism(kind, rate):
         assert counts[0] == 0 and counts[1:].min() > 0.5 * counts[1:].mean()
     assert np.array_equal(add_noise(clean, kind, rate, k, seed=7), noisy)
     assert not np.array_equal(add_noise(clean, kind, rate, k, seed=8), noisy)
+
+
+def images_of(n, seed, size=6):
+    """n random uint8 images (n, 3, size, size): the inputs a kind that depends on the sample draws from."""
+    return np.random.default_rng(seed).integers(0, 256, (n, 3, size, size), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.takes_rate])
+def test_every_noise_kind_flips_about_its_rate_and_its_seed_fixes_the_flips(kind):
+    # every kind that takes --rate, whatever it is made of (a matrix, or each sample's own row), so that a new
+    # one is tested here without a line of its own
+    x, n = NOISE[kind], 4000
+    k = max(10, x.min_classes)
+    assert (x.matrix is None) != (x.rows is None), f"{kind}: a kind that takes a rate draws from a matrix or rows"
+    clean = np.random.default_rng(1).integers(0, k, n)
+    inputs = images_of(n, 2)
+    for rate in (0.2, min(0.4, x.max_rate / 2)):
+        for seed in range(3):
+            noisy = add_noise(clean, kind, rate, k, seed=seed, inputs=inputs)
+            # within four binomial standard deviations, and 0.02 for idn's truncation of its flip rates at 0
+            assert abs((noisy != clean).mean() - rate) < 0.02 + 4 * math.sqrt(rate * (1 - rate) / n), (rate, seed)
+            assert np.array_equal(add_noise(clean, kind, rate, k, seed=seed, inputs=inputs), noisy)
+        assert not np.array_equal(add_noise(clean, kind, rate, k, seed=seed + 1, inputs=inputs), noisy)
+    assert np.array_equal(add_noise(clean, kind, 0.0, k, seed=0, inputs=inputs), clean)
+
+
+@pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.rows is not None])
+def test_a_kind_that_depends_on_the_sample_flips_by_its_input(kind):
+    """The same labels, seed and rate with other images: other flips; each row is a distribution that keeps the
+    label with the sample's own probability; without its inputs, add_noise refuses."""
+    k, n = 10, 2000
+    clean = np.random.default_rng(1).integers(0, k, n)
+    a, b = (add_noise(clean, kind, 0.4, k, seed=0, inputs=images_of(n, s)) for s in (2, 3))
+    assert (a != b).mean() > 0.1  # other images: other labels for many samples
+    rows = NOISE[kind].rows(images_of(n, 2), clean, 0.4, k, np.random.default_rng(0))
+    assert rows.shape == (n, k) and (rows >= 0).all() and np.allclose(rows.sum(1), 1)
+    kept = rows[np.arange(n), clean]
+    assert kept.std() > 0.01  # each sample its own rate
+    with pytest.raises(ValueError, match="draws each label from its sample's input"):
+        add_noise(clean, kind, 0.4, k, seed=0)
+
+
+def test_idn_is_the_authors_draw():
+    """xiaoboxia/Part-dependent-label-noise (and CDR's tools.py): get_instance_noisy_label, its loop over samples in
+    torch float32, fed the same draws (the flip rates, then W) from the same Generator."""
+    from math import inf
+
+    from scipy import stats
+    n, k, rate, norm_std = 300, 5, 0.3, 0.1
+    labels = np.random.default_rng(4).integers(0, k, n)
+    images = images_of(n, 5, size=4)
+    rng = np.random.default_rng(6)
+    flip_distribution = stats.truncnorm((0 - rate) / norm_std, (1 - rate) / norm_std, loc=rate, scale=norm_std)
+    flip_rate = flip_distribution.rvs(labels.shape[0], random_state=rng)
+    W = torch.FloatTensor(rng.standard_normal((k, 48, k), dtype=np.float32))
+    P = []
+    for i, (x, y) in enumerate(zip(torch.from_numpy(images).float() / 255, labels)):
+        A = x.view(1, -1).mm(W[y]).squeeze(0)
+        A[y] = -inf
+        A = flip_rate[i] * F.softmax(A, dim=0)
+        A[y] += 1 - flip_rate[i]
+        P.append(A)
+    P = torch.stack(P, 0).numpy()
+    assert np.allclose(NOISE["idn"].rows(images, labels, rate, k, np.random.default_rng(6)), P, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.matrix is not None and x.takes_rate])

@@ -100,6 +100,24 @@ def test_a_noise_kind_added_to_its_registry_trains_on_its_own_labels(tmp_path, m
 
 
 @pytest.mark.parametrize("entry", ["train.py", "tools.batched"])
+def test_a_noise_kind_that_depends_on_the_sample_added_to_its_registry_flips_by_each_image(tmp_path, monkeypatch, entry):
+    """One edit, its record: a kind with rows (noise.NoiseKind.rows) reaches train.py and tools.batched through the one
+    noise path, with each training image: here the bright images (mean pixel above 127) move one class up, the others
+    keep their label, so the flips are exactly the bright images."""
+    def bright_up(images, labels, rate, k, rng):
+        bright = np.asarray(images).reshape(len(labels), -1).mean(1) > 127
+        return np.eye(k)[np.where(bright, (labels + 1) % k, labels)]
+    monkeypatch.setitem(noise.NOISE, "bright", noise.NoiseKind("bright-up", None, rows=bright_up))
+    out = tmp_path / "run"
+    (train.main if entry == "train.py" else batched.main)(ONE_EPOCH + ["--noise", "bright", "--out", str(out)])
+    run = out if entry == "train.py" else next(p for p in out.iterdir() if p.is_dir())
+    given = np.load(run / "noisy_labels.npy")
+    data = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=64, test_size=32, classes=4))
+    bright = data.train.images.reshape(64, -1).float().mean(1).numpy() > 127
+    assert 0 < bright.sum() < 64 and np.array_equal(given != data.train.labels, bright)
+
+
+@pytest.mark.parametrize("entry", ["train.py", "tools.batched"])
 def test_a_noise_kind_that_needs_more_classes_is_one_line_in_train_py_and_tools_batched(tmp_path, monkeypatch, capsys,
                                                                                          entry):
     def in_fives(rate, k):  # a label moves within its group of five classes

@@ -228,6 +228,7 @@ def test_a_run_stopped_before_or_after_its_stage_resumes_equal(tmp_path, capsys,
     (["--lc", "forward", "--noise", "none"], "--lc forward trains with the noise's true T, which only noise of a "
                                              "matrix has (--noise sym or pair); for --noise none, estimate it: --lc "
                                              "forward-anchor --warmup W"),
+    (["--lc", "forward", "--noise", "idn"], "(--noise sym or pair); for --noise idn, estimate it"),
 ])
 def test_what_a_stage_needs_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, flags, message):
     import train

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import train
+from noise import NOISE
 from label_correction import LABEL_CORRECTIONS
 from mutual import LCS, MODES, SMALL_LOSS
 from tools import perf
@@ -288,6 +289,18 @@ def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
     row = metrics(out)[0]
     assert math.isfinite(row["train_loss_a"]) and row["train_samples"] > 0
     assert (row["precision_b2a"] is None) == (not noise or row["selected_b2a"] == 0)
+
+
+@pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.rows is not None])
+def test_noise_that_depends_on_the_sample_is_refused_in_one_line_on_images_read_from_files(tmp_path, capsys, kind):
+    extra = fake_dataset("food101", tmp_path / "data")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--dataset", "food101", "--data-dir", str(tmp_path / "data"), "--arch", "cnn", "--epochs", "1",
+                    "--device", "cpu", "--workers", "0", "--noise", kind, "--out", str(out)] + extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and f"--noise {kind} draws each label from its image" in err[0], err
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- cohorts (--peers N)

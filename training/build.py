@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import models
-from noise import add_noise
+from noise import NOISE, add_noise
 from training import datasets, images, rundir
 from training.cifar_n import human_labels
 from training.batches import Batches, Placement, Spec
@@ -68,8 +68,16 @@ def given_labels(args, d, train, keep):
     if args.noise == "human":  # CIFAR-N: one human label per training image, in its order
         return human_labels(args.noise_file, datasets.DATASETS[args.dataset].human, args.noise_key, d.train.labels,
                             d.num_classes)[keep]
+    inputs = None
+    if NOISE[args.noise].rows is not None:  # a kind that depends on each sample: its image, as the models see it
+        if not isinstance(train, datasets.TensorImages):
+            raise UserError(f"--noise {args.noise} draws each label from its image, and {args.dataset} is read from "
+                            f"image files as it trains (resized and cropped at random), so no one image stands for "
+                            f"a sample; use a dataset held in memory as one tensor of images (cifar100, for one) or "
+                            f"another --noise")
+        inputs = train.images
     try:
-        return add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed)
+        return add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed, inputs=inputs)
     except ValueError as e:
         raise UserError(f"--noise {args.noise} --rate {args.rate:g} on {args.dataset} ({d.num_classes} classes): {e}; "
                         "choose another --noise") from None
