@@ -434,9 +434,9 @@ def test_a_kind_that_depends_on_the_sample_flips_by_its_input(kind):
 def test_idn_is_the_authors_draw():
     """xiaoboxia/Part-dependent-label-noise (and CDR's tools.py): get_instance_noisy_label, its loop over samples in
     torch float32, fed the same draws (the flip rates, then W) from the same Generator."""
-    from math import inf
+    from math import inf  # their code's names, as they import them
 
-    from scipy import stats
+    from scipy import stats  # only idn needs scipy
     n, k, rate, norm_std = 300, 5, 0.3, 0.1
     labels = np.random.default_rng(4).integers(0, k, n)
     images = images_of(n, 5, size=4)

@@ -13,7 +13,7 @@ files can be wrong, and Fashion-MNIST/MNIST in a flat folder (torchvision's clas
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
-noise.py), real-noisy for food101, webvision and clothing1m. fashionmnist, mnist and svhn (not in the paper)
+noise.py), real-noisy for food101, webvision, clothing1m and animal10n. fashionmnist, mnist and svhn (not in the paper)
 are clean, and take synthetic noise as cifar10/100 do.
 The types they are made of (Data, TensorImages, DataError, ...) are images.py; how batches are
 drawn and augmented is batches.py.
@@ -369,6 +369,37 @@ def _clothing1m(name, data_dir, image_size, download, mirror, synthetic):
     return clothing1m.load(data_dir, image_size or 224)
 
 
+# -------------------------------------------------------------- ANIMAL-10N
+
+def _animal10n(name, data_dir, image_size, download, mirror, synthetic):
+    """ANIMAL-10N (Song et al. 2019, SELFIE) in its released layout: <data_dir>/training/ and <data_dir>/testing/,
+    64x64 JPEGs named <label>_<id>.jpg. The label in a training file's name is the given label, noisy as the web
+    search and the crowd that labelled it left it (about 8% wrong, by the authors' estimate); testing/ is the test
+    set. Never downloaded: its authors give it on request. 55,000 small images: decoded once into memory."""
+    layout = f"ANIMAL-10N's training{os.sep} and testing{os.sep} folders of <label>_<id>.jpg in {data_dir}"
+    folders = [os.path.join(data_dir, s) for s in ("training", "testing")]
+    located(name, lambda: all(os.path.isdir(f) for f in folders), layout, data_dir, download, mirror,
+            DATASETS[name].elsewhere)
+    splits = []
+    for folder in folders:
+        files = sorted(f for f in os.listdir(folder) if f.lower().endswith((".jpg", ".jpeg", ".png")))
+        if not files:
+            raise DataError(f"{folder} holds no images; expected {layout}")
+        head = [f.split("_", 1)[0] for f in files]
+        bad = next((f for f, h in zip(files, head) if not h.isdigit() or "_" not in f or
+                    int(h) >= ANIMAL10N_CLASSES), None)
+        if bad is not None:
+            raise DataError(f"{os.path.join(folder, bad)}: not named <label>_<id>.jpg with a label in "
+                            f"0..{ANIMAL10N_CLASSES - 1}, as ANIMAL-10N's files are; put back the released "
+                            f"{os.path.basename(folder)}{os.sep} folder")
+        splits.append(([os.path.join(folder, f) for f in files], label_array([int(h) for h in head])))
+    train, test = in_memory_images(splits, image_size)
+    return Data(train, {"test": test}, ANIMAL10N_CLASSES, IMAGENET_MEAN, IMAGENET_STD)
+
+
+ANIMAL10N_CLASSES = 10  # cat, lynx, wolf, coyote, cheetah, jaguar, chimpanzee, orangutan, hamster, guinea pig
+
+
 # -------------------------------------------------------------- image folder
 
 def _webvision(name, data_dir, image_size, download, mirror, synthetic):
@@ -421,25 +452,31 @@ def _folder(name, data_dir, image_size, download, mirror, synthetic, small=64):
         train, test = [FileImages(splits[s][1], splits[s][2], image_size or 224, "folder") for s in ("train", "test")]
         return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
 
+    train, test = in_memory_images([(splits[s][1], splits[s][2]) for s in ("train", "test")], image_size)
+    return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
+
+
+def in_memory_images(splits, image_size=None):
+    """Small images decoded once into memory, RGB, resized to image_size x image_size if given: a TensorImages per
+    (paths, labels) of splits. Every file that fails to decode is reported at once (BadImages)."""
     def decode(im):
         im = to_rgb(im)
         if image_size is not None and im.size != (image_size, image_size):
             im = im.resize((image_size, image_size), Image.BILINEAR)  # PIL antialiases when shrinking
         return np.asarray(im)  # (H, W, 3)
 
-    images, bad = {}, []
-    for split in ("train", "test"):  # decode everything, then report every file that failed at once
-        images[split] = []
-        for p in splits[split][1]:
+    images, bad = [], []
+    for paths, _ in splits:  # decode everything, then report every file that failed at once
+        images.append([])
+        for p in paths:
             try:
-                images[split].append(open_image(p, decode))
+                images[-1].append(open_image(p, decode))
             except DataError as err:
                 bad.append((p, first_line(err.__cause__)))
     if bad:
         raise BadImages(bad)
-    train, test = [TensorImages(torch.from_numpy(np.stack(images[s])).permute(0, 3, 1, 2).contiguous(), splits[s][2])
-                   for s in ("train", "test")]
-    return Data(train, {"test": test}, k, IMAGENET_MEAN, IMAGENET_STD)
+    return [TensorImages(torch.from_numpy(np.stack(im)).permute(0, 3, 1, 2).contiguous(), labels)
+            for im, (_, labels) in zip(images, splits)]
 
 
 DATASETS = {
@@ -473,6 +510,11 @@ DATASETS = {
                                     "https://github.com/Cysu/noisy_label) and put images/ and its key lists in "
                                     "--data-dir",
                           about="real-world noisy labels, tested on its clean test set"),
+    "animal10n": Dataset(_animal10n, "ANIMAL-10N", "resnet18", real_noise=True,
+                         elsewhere="ANIMAL-10N is not downloadable: ask its authors for it (Song et al. 2019, "
+                                   "https://dm.kaist.ac.kr/datasets/animal-10n/) and put its training/ and testing/ "
+                                   "folders in --data-dir",
+                         about="real-world noisy labels, 64x64, held in memory"),
     "folder": Dataset(_folder, "an image folder", "resnet18", about="any ImageFolder tree"),
     "synthetic": Dataset(_synthetic, "synthetic", "cnn", about="generated in memory, for CPU runs"),
 }

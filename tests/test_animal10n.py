@@ -1,0 +1,68 @@
+"""ANIMAL-10N (training/datasets.py:_animal10n) on tiny copies in its released layout: training/ and testing/ folders of
+64x64 JPEGs named <label>_<id>.jpg, the label in the name the given one."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import train
+from training.datasets import DataError, TensorImages, load_dataset
+
+
+def write_animal10n(root, n_train=20, n_test=10, seed=0):
+    """root/training and root/testing as the release unpacks them. Returns {"train": (images (N, 3, 64, 64), labels),
+    "test": ...}, in the files' sorted order."""
+    rng = np.random.default_rng(seed)
+    sets = {}
+    for split, folder, n in (("train", "training", n_train), ("test", "testing", n_test)):
+        (root / folder).mkdir(parents=True)
+        labels = rng.integers(0, 10, n)
+        colours = rng.integers(0, 256, (n, 3))
+        for i, (y, c) in enumerate(zip(labels, colours)):
+            Image.new("RGB", (64, 64), tuple(int(v) for v in c)).save(root / folder / f"{y}_{i:05d}.jpg", quality=95)
+        order = sorted(range(n), key=lambda i: f"{labels[i]}_{i:05d}.jpg")
+        sets[split] = (colours[order], labels[order])
+    return sets
+
+
+def test_animal10n_reads_its_labels_from_the_file_names_and_tests_on_testing(tmp_path):
+    sets = write_animal10n(tmp_path)
+    d = load_dataset("animal10n", tmp_path, download=False)
+    assert d.num_classes == 10 and set(d.tests) == {"test"}
+    for got, (colours, labels) in ((d.train, sets["train"]), (d.tests["test"], sets["test"])):
+        assert isinstance(got, TensorImages) and got.images.shape == (len(labels), 3, 64, 64)
+        assert got.labels.dtype == np.int64 and got.labels.tolist() == labels.tolist()
+        # each uniform image keeps its colour through JPEG
+        assert torch.allclose(got.images.float().mean((2, 3)), torch.as_tensor(colours).float(), atol=3)
+
+
+@pytest.mark.parametrize("name,message", [
+    ("cat_00001.jpg", "not named <label>_<id>.jpg with a label in 0..9"),
+    ("12_00001.jpg", "not named <label>_<id>.jpg with a label in 0..9"),
+])
+def test_a_file_not_named_as_the_release_names_them_is_one_line(tmp_path, name, message):
+    write_animal10n(tmp_path)
+    Image.new("RGB", (64, 64)).save(tmp_path / "training" / name)
+    with pytest.raises(DataError) as e:
+        load_dataset("animal10n", tmp_path, download=False)
+    assert message in str(e.value) and name in str(e.value) and "\n" not in str(e.value)
+
+
+def test_animal10n_without_its_folders_says_where_to_get_it(tmp_path):
+    with pytest.raises(DataError, match="ANIMAL-10N is not downloadable: ask its authors"):
+        load_dataset("animal10n", tmp_path, download=False)
+
+
+def test_animal10n_trains_one_epoch_on_its_given_labels(tmp_path, capsys):
+    sets = write_animal10n(tmp_path / "animal10n")
+    out = tmp_path / "run"
+    summary = train.main(["--dataset", "animal10n", "--data-dir", str(tmp_path / "animal10n"), "--arch", "cnn",
+                          "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--workers", "0",
+                          "--out", str(out)])
+    assert 0 <= summary["test_acc_mean"] <= 100
+    assert np.load(out / "noisy_labels.npy").tolist() == sets["train"][1].tolist()  # the names' labels, no noise added
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["noise"] == "none" and cfg["arch"] == "cnn,cnn"
+    assert "data: animal10n train 20 (10 classes" in capsys.readouterr().out
