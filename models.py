@@ -231,11 +231,14 @@ class Arch(NamedTuple):
     settings   -- an architecture the paper does not train brings its own schedule's row: Preset's fields but the
                   dataset and the schedule (epochs, batch_size, lr, milestones, lr_decay, momentum, weight_decay,
                   why), so that it borrows no paper row and its note; None: a row of PRESETS
+    min_side   -- the smallest square input side it takes (its stem's and poolings' strides): the tests feed it this
+                  side and twice it
     """
     build: Callable
     schedule: str
     pretrained: bool = False
     settings: dict | None = None
+    min_side: int = 8
 
 
 ARCHS = {
@@ -246,7 +249,7 @@ ARCHS = {
     "resnet50": Arch(lambda k, pretrained: cifar_resnet(50, k), "resnet50"),
     "shufflenetv2": Arch(lambda k, pretrained: cifar_shufflenetv2(k), "resnet18"),
     "resnet50_imagenet": Arch(imagenet_resnet50, "resnet34", pretrained=True),  # Food-101's own preset trains it
-    "inception_resnet_v2": Arch(lambda k, pretrained: InceptionResNetV2(k), "resnet34"),  # and WebVision's
+    "inception_resnet_v2": Arch(lambda k, pretrained: InceptionResNetV2(k), "resnet34", min_side=75),  # and WebVision's
 }
 
 

@@ -9,22 +9,7 @@ from PIL import Image
 
 import train
 from training.datasets import DataError, TensorImages, load_dataset
-
-
-def write_animal10n(root, n_train=20, n_test=10, seed=0):
-    """root/training and root/testing as the release unpacks them. Returns {"train": (images (N, 3, 64, 64), labels),
-    "test": ...}, in the files' sorted order."""
-    rng = np.random.default_rng(seed)
-    sets = {}
-    for split, folder, n in (("train", "training", n_train), ("test", "testing", n_test)):
-        (root / folder).mkdir(parents=True)
-        labels = rng.integers(0, 10, n)
-        colours = rng.integers(0, 256, (n, 3))
-        for i, (y, c) in enumerate(zip(labels, colours)):
-            Image.new("RGB", (64, 64), tuple(int(v) for v in c)).save(root / folder / f"{y}_{i:05d}.jpg", quality=95)
-        order = sorted(range(n), key=lambda i: f"{labels[i]}_{i:05d}.jpg")
-        sets[split] = (colours[order], labels[order])
-    return sets
+from training.tiny import write_animal10n
 
 
 def test_animal10n_reads_its_labels_from_the_file_names_and_tests_on_testing(tmp_path):

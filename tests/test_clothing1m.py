@@ -8,40 +8,11 @@ import os
 
 import numpy as np
 import pytest
-from PIL import Image
 
 import train
 from training import batches, datasets
 from training.datasets import DataError, load_dataset
-
-CATEGORIES = ["T-Shirt", "Shirt", "Knitwear", "Chiffon", "Sweater", "Hoodie", "Windbreaker", "Jacket", "Down Coat",
-              "Suit", "Shawl", "Dress", "Vest", "Underwear"]  # category_names_eng.txt, in label order
-
-
-def write_clothing1m(root, n_train=20, n_val=6, n_test=8, names=True, seed=0):
-    """A tiny Clothing1M in its released layout under root. Returns {"train": (keys, noisy labels), "test": (keys,
-    clean labels), "clean_val": (keys, clean labels)}. Some training images also have a clean label (as some of the
-    real ones do), and the label files hold keys no list names (the clean training set's)."""
-    rng = np.random.default_rng(seed)
-    n = n_train + n_val + n_test + 3
-    keys = [f"images/{i % 10}/{i % 7:02d}/{1000 + i}.jpg" for i in range(n)]
-    for key in keys:
-        os.makedirs(root / os.path.dirname(key), exist_ok=True)
-        Image.new("RGB", (40, 30), tuple(int(v) for v in rng.integers(0, 256, 3))).save(root / key)
-    train, val = keys[:n_train], keys[n_train:n_train + n_val]
-    test, clean_train = keys[n_train + n_val:n_train + n_val + n_test], keys[-3:]
-    noisy = {k: int(rng.integers(0, 14)) for k in train + clean_train}
-    clean = {k: int(rng.integers(0, 14)) for k in val + test + clean_train + train[:4]}
-    (root / "noisy_label_kv.txt").write_text("".join(f"{k} {y}\n" for k, y in noisy.items()))
-    (root / "clean_label_kv.txt").write_text("".join(f"{k} {y}\n" for k, y in clean.items()))
-    for name, listed in (("noisy_train", train), ("clean_val", val), ("clean_test", test),
-                         ("clean_train", clean_train)):
-        (root / f"{name}_key_list.txt").write_text("".join(f"{k}\n" for k in listed))
-    if names:
-        (root / "category_names_eng.txt").write_text("".join(f"{c}\n" for c in CATEGORIES))
-    return {"train": (train, [noisy[k] for k in train]), "test": (test, [clean[k] for k in test]),
-            "clean_val": (val, [clean[k] for k in val])}
-
+from training.tiny import write_clothing1m
 
 @pytest.mark.parametrize("names", [True, False])  # category_names_eng.txt or not: 14 classes either way
 def test_clothing1m_reads_its_released_layout(tmp_path, names):

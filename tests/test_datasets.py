@@ -1,7 +1,6 @@
 """Tests for datasets.py and synthetic.py: each loader reads a tiny fake copy of its real
 on-disk format, built in tmp_path, through load_dataset (the code users run)."""
 import hashlib
-import json
 import os
 import pickle
 import socket
@@ -10,19 +9,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from torchvision.datasets import utils as tvu
 
 import train
-from training import batches, datasets, images, webvision
+from training import batches, datasets, images, tiny, webvision
 from training.datasets import DataError, FileImages, Synthetic, TensorImages, load_dataset
-
-
-def save_image(path, size=(20, 16), colour=(200, 30, 90), mode="RGB"):
-    """A uniform image, so its colour survives resizing and cropping."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    c = {"L": colour[0], "RGBA": (*colour, 128)}.get(mode, colour)
-    Image.new(mode, size, c).save(path)
+from training.tiny import COLOURS, save_image, write_folder, write_food101, write_webvision  # noqa: F401 (other tests import them here)
 
 
 def one_line(err):
@@ -43,22 +35,8 @@ def publish(name, root):
 
 
 def write_cifar(root, n_train=20, n_test=10, seed=0):
-    """cifar-100-python/ as cifar-100-python.tar.gz extracts: train, test, meta. Protocol 2, the protocol of the
-    released Python 2 pickles. Their md5 sums stand in for the published ones (publish)."""
-    rng = np.random.default_rng(seed)
-    folder = root / "cifar-100-python"
-    folder.mkdir()
-    sets = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        x = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        y = [int(v) for v in rng.integers(0, 100, n)]
-        entry = {"data": x, "fine_labels": y, "coarse_labels": [v // 5 for v in y],
-                 "filenames": [f"img_{i}.png" for i in range(n)], "batch_label": f"{split} batch"}
-        (folder / split).write_bytes(pickle.dumps(entry, protocol=2))
-        sets[split] = (x, y)
-    meta = {"fine_label_names": [f"c{i}" for i in range(100)],
-            "coarse_label_names": [f"s{i}" for i in range(20)]}
-    (folder / "meta").write_bytes(pickle.dumps(meta, protocol=2))
+    """tiny.write_cifar, its md5 sums standing in for the published ones (publish)."""
+    sets = tiny.write_cifar(root, n_train, n_test, seed)
     publish("cifar100", root)
     return sets
 
@@ -148,27 +126,11 @@ def test_cifar_pickles_are_read_without_running_code(tmp_path, protocol):
 # ------------------------------------------------------------------- CIFAR-10
 
 def write_cifar10(root, n_per_batch=8, n_test=10, seed=0):
-    """cifar-10-batches-py/ as cifar-10-python.tar.gz extracts: five training batches, a test batch, meta.
-    Protocol 2, the protocol of the released Python 2 pickles. Their md5 sums stand in for the published ones."""
-    rng = np.random.default_rng(seed)
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir()
-    sets = {"train": ([], []), "test": ([], [])}
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    for name in names:
-        n = n_test if name == "test_batch" else n_per_batch
-        x = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        y = [int(v) for v in rng.integers(0, 10, n)]
-        entry = {"batch_label": f"{name} of 5", "labels": y, "data": x,
-                 "filenames": [f"{name}_{i}.png" for i in range(n)]}
-        (folder / name).write_bytes(pickle.dumps(entry, protocol=2))
-        xs, ys = sets["test" if name == "test_batch" else "train"]
-        xs.append(x)
-        ys += y
-    meta = {"label_names": [f"c{i}" for i in range(10)], "num_cases_per_batch": n_per_batch, "num_vis": 3072}
-    (folder / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+    """tiny.write_cifar10, its md5 sums standing in for the published ones (publish)."""
+    sets = tiny.write_cifar10(root, n_per_batch, n_test, seed)
     publish("cifar10", root)
-    return {split: (np.concatenate(xs), ys) for split, (xs, ys) in sets.items()}
+    return sets
+
 
 
 def test_cifar10_reads_the_five_batches_in_order(tmp_path):
@@ -198,20 +160,28 @@ def test_cifar10_missing_batch_is_named(tmp_path):
 # ---------------------------------------------------------------------- SVHN
 
 def write_svhn(root, n_train=20, n_test=10, seed=0):
-    """SVHN/{train,test}_32x32.mat as the published files hold them: X (32, 32, 3, N) uint8 and y (N, 1), 10 for the
-    digit 0. Returns {split: (images (N, 3, 32, 32), digits)}. Their md5 sums are not published: publish_files."""
-    sio = pytest.importorskip("scipy.io")  # torchvision's SVHN reads the files through scipy
-    rng = np.random.default_rng(seed)
-    folder = root / "SVHN"
-    folder.mkdir(parents=True)
-    sets = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        x = rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
-        digit = np.arange(n) % 10
-        sio.savemat(str(folder / f"{split}_32x32.mat"),
-                    {"X": x.transpose(2, 3, 1, 0), "y": np.where(digit == 0, 10, digit)[:, None].astype(np.uint8)})
-        sets[split] = (x, digit)
-    return sets
+    """tiny.write_svhn; skipped where scipy, which writes and reads .mat files, is missing."""
+    pytest.importorskip("scipy.io")  # torchvision's SVHN reads the files through scipy
+    return tiny.write_svhn(root, n_train, n_test, seed)
+
+
+
+def write_copy(name, root):
+    """DATASETS[name]'s tiny copy (Dataset.tiny) under root, its sums standing in for the published ones where its
+    reader checks them (CIFAR's pickles: publish; SVHN's files: publish_files); a copy whose writer needs a module
+    that is not installed skips the test. Returns the flags train.py needs beside --data-dir to train on it."""
+    d = datasets.DATASETS[name]
+    assert d.tiny is not None, f"{name} has no tiny copy: give its record one (Dataset.tiny, training/tiny.py)"
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        d.tiny.write(root)
+    except ImportError as e:
+        pytest.skip(f"{name}'s tiny copy needs {e.name}, which is not installed")
+    if hasattr(d.source, "train_list"):
+        publish(name, root)
+    elif hasattr(d.source, "split_list"):
+        publish_files(name, root)
+    return list(d.tiny.flags)
 
 
 def publish_files(name, root):
@@ -263,22 +233,6 @@ def test_svhn_missing_without_download_says_where_its_files_go(tmp_path):
 
 # ------------------------------------------------------------------- Food-101
 
-def write_food101(tmp_path):
-    root = tmp_path / "food-101"
-    classes = ["apple_pie", "baby_back_ribs", "waffles"]
-    # json key order differs from sorted order: the class index must still be sorted.
-    train = {"waffles": ["waffles/3", "waffles/4"], "apple_pie": ["apple_pie/1"],
-             "baby_back_ribs": ["baby_back_ribs/2"]}
-    test = {c: [f"{c}/{10 + i}"] for i, c in enumerate(classes)}
-    for i, rel in enumerate(sum([*train.values(), *test.values()], [])):
-        save_image(str(root / "images" / f"{rel}.jpg"), size=(30 + 7 * i, 40 - 3 * i))
-    (root / "meta").mkdir()
-    (root / "meta" / "train.json").write_text(json.dumps(train))
-    (root / "meta" / "test.json").write_text(json.dumps(test))
-    (root / "meta" / "classes.txt").write_text("\n".join(classes) + "\n")
-    return root
-
-
 def test_food101_layout_labels_and_transforms(tmp_path):
     root = write_food101(tmp_path)
     d = load_dataset("food101", tmp_path, download=False)
@@ -317,26 +271,6 @@ def test_indexed_files_names_a_corrupt_image(tmp_path):
 
 # ------------------------------------------------------------- mini-WebVision
 
-def write_webvision(root, with_imagenet=True):
-    wnids = [f"n{i:08d}" for i in range(60)]
-    (root / "info").mkdir()
-    (root / "info" / "synsets.txt").write_text("".join(f"{w} class {i}, thing\n" for i, w in enumerate(wnids)))
-    train = [("google/q0001/00000001.jpg", 0), ("google/q0001/00000002.jpg", 0), ("google/q0050/00000001.jpg", 49),
-             ("google/q0051/00000001.jpg", 50), ("google/q0100/00000001.jpg", 99), ("google/q0002/00000001.jpg", 1)]
-    val = [("val000001.jpg", 0), ("val000002.jpg", 77), ("val000003.jpg", 49)]
-    (root / "info" / "train_filelist_google.txt").write_text("".join(f"{p} {y}\n" for p, y in train))
-    (root / "info" / "val_filelist.txt").write_text("".join(f"{p} {y}\n" for p, y in val))
-    for p, _ in train:
-        save_image(str(root / p))
-    for p, _ in val:
-        save_image(str(root / "val_images_256" / p))
-    if with_imagenet:  # class folders for classes 3 and 7 only, plus one outside the 50
-        for wnid, n in ((wnids[3], 2), (wnids[7], 1), (wnids[55], 1)):
-            for j in range(n):
-                save_image(str(root / "imagenet" / "val" / wnid / f"ILSVRC2012_val_{j:08d}.JPEG"))
-    return wnids
-
-
 def test_webvision_mini_setting(tmp_path):
     write_webvision(tmp_path)
     with pytest.warns(UserWarning, match="lacks 48 of the 50"):
@@ -369,17 +303,6 @@ def test_webvision_missing_info_points_to_download_page(tmp_path):
 
 
 # -------------------------------------------------------------- image folder
-
-def write_folder(root, sizes=((20, 20), (24, 18), (16, 16)), classes=("cat", "dog"), test_classes=None):
-    """Class i has colour COLOURS[i]; images are grayscale, RGBA and RGB."""
-    for split, names in (("train", classes), ("test", test_classes or classes)):
-        for i, name in enumerate(names):
-            for j, (size, mode) in enumerate(zip(sizes, ("L", "RGBA", "RGB"))):
-                save_image(str(root / split / name / f"{j}.png"), size, COLOURS[i], mode)
-
-
-COLOURS = [(10, 20, 30), (240, 120, 60)]
-
 
 def test_folder_small_images_live_in_memory_as_rgb(tmp_path):
     write_folder(tmp_path)

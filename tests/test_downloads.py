@@ -28,8 +28,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from test_datasets import publish, write_cifar, write_cifar10, write_food101, write_svhn
-from test_mnist import write_idx
+from test_datasets import publish
 
 import train
 from training import download
@@ -43,28 +42,28 @@ RUN = ["--arch", "cnn", "--epochs", "1", "--batch-size", "4", "--device", "cpu",
 
 # ---------------------------------------------------------------- the published files, tiny, and a server
 
-# Each downloadable dataset's tiny copy, written where its reader reads it with --data-dir <the folder>: an archive's
-# folder, the .gz files (IDX: in the folder itself), the plain files in their folder. A dataset missing here fails.
-WRITERS = {"cifar100": write_cifar, "cifar10": write_cifar10, "food101": write_food101, "svhn": write_svhn,
-           "fashionmnist": lambda root: write_idx(root, gz=True, seed=0),
-           "mnist": lambda root: write_idx(root, gz=True, seed=1)}
-
-
 class Tiny(dict):
-    """{dataset: (the folder its tiny files were written in, {published file name: bytes})}, each made on first use.
-    A writer that skips (SVHN's, where scipy is missing) skips each test that asks for it, and only those."""
+    """{dataset: (the folder its tiny files were written in, {published file name: bytes})}, each made on first use
+    from its record's tiny copy (Dataset.tiny, written where its reader reads it with --data-dir <the folder>: an
+    archive's folder, the .gz files, the plain files in their folder). A copy whose writer needs a module that is not
+    installed (SVHN's, scipy) skips each test that asks for it, and only those."""
 
     def __init__(self, root):
         super().__init__()
         self.root = root
 
     def __missing__(self, name):
-        if name not in WRITERS:
-            pytest.fail(f"no tiny copy of {name}'s published files: add its writer to test_downloads.WRITERS")
+        copy = DATASETS[name].tiny
+        if copy is None:
+            pytest.fail(f"{name} is published for download and its record has no tiny copy: give it one (Dataset.tiny, "
+                        f"training/tiny.py)")
         p, source = DATASETS[name].published(), self.root / name
         shutil.rmtree(source, ignore_errors=True)  # what a writer that skipped before left
         source.mkdir()
-        WRITERS[name](source)
+        try:
+            copy.write(source)
+        except ImportError as e:
+            pytest.skip(f"{name}'s tiny copy needs {e.name}, which is not installed")
         if p.archive:  # the archive's top folder, as the published ones
             buf = io.BytesIO()
             with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -190,9 +189,8 @@ def test_train_py_downloads_checks_extracts_reads_and_trains(tmp_path, server, p
     mirror = serve(server, f"ok-{name}", files)
     data = tmp_path / "data"  # not there yet: the download makes it
     if name in TRAINED:
-        size = ["--image-size", "32"] if name == "food101" else []
         summary = train.main(["--dataset", name, "--data-dir", str(data), "--data-mirror", mirror, "--out",
-                              str(tmp_path / "run"), *RUN, *size])
+                              str(tmp_path / "run"), *RUN, *DATASETS[name].tiny.flags])
         assert 0 <= summary["test_acc_mean"] <= 100
     else:
         load_dataset(name, data, mirror=mirror)

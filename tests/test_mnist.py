@@ -5,7 +5,6 @@ evaluate.py then run on them as users run them."""
 import gzip
 import json
 import os
-import struct
 import subprocess
 import sys
 
@@ -18,33 +17,11 @@ import evaluate
 import train
 from training import batches, datasets
 from training.datasets import DataError, load_dataset
+from training.tiny import idx, write_idx  # noqa: F401 (other tests import write_idx here)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 RUN = ["--arch", "mlp", "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--workers", "0"]
-
-
-def idx(magic, array):
-    """An IDX file: big-endian int32 magic, one big-endian int32 per dimension, then the uint8 values row-major."""
-    return struct.pack(">i", magic) + b"".join(struct.pack(">i", d) for d in array.shape) + array.tobytes()
-
-
-def write_idx(folder, n_train=20, n_test=8, side=28, gz=True, seed=0, images=None):
-    """The four files in `folder` (made if needed), gzipped or not: {"train": (x, y), "test": (x, y)},
-    x uint8 (N, side, side), y uint8 (N,). images: a function (n, side) -> x instead of random pixels."""
-    rng = np.random.default_rng(seed)
-    os.makedirs(folder, exist_ok=True)
-    sets = {}
-    for split, prefix, n in (("train", "train", n_train), ("test", "t10k", n_test)):
-        x = rng.integers(0, 256, (n, side, side), dtype=np.uint8) if images is None else images(n, side)
-        y = rng.integers(0, 10, n, dtype=np.uint8)
-        for name, data in ((f"{prefix}-images-idx3-ubyte", idx(2051, x)),
-                           (f"{prefix}-labels-idx1-ubyte", idx(2049, y))):
-            path = os.path.join(folder, name + (".gz" if gz else ""))
-            with open(path, "wb") as f:
-                f.write(gzip.compress(data) if gz else data)
-        sets[split] = (x, y)
-    return sets
 
 
 def one_line(err):

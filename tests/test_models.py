@@ -11,8 +11,6 @@ from models import ARCHS, build_model, count_params
 
 CIFAR_ARCHS = ("resnet18", "resnet34", "resnet50", "shufflenetv2")  # the paper's CIFAR stems, against torchvision
 K = 100  # CIFAR-100
-SIDE = {"inception_resnet_v2": 75}  # the image side a test feeds an architecture: 32, or more where it needs more
-SMALL = [a for a, x in ARCHS.items() if x.schedule == "cpu"]  # the CPU runs' networks, for any image size
 
 
 @pytest.fixture(autouse=True)
@@ -64,27 +62,39 @@ def test_inception_resnet_v2_matches_published_param_count():
         assert net(torch.randn(1, 3, 299, 299)).shape == (1, 50)
 
 
-@pytest.mark.parametrize("side", [8, 16, 32, 64])
-@pytest.mark.parametrize("name", SMALL)
-def test_small_nets_any_input_size(name, side):
+def check_any_input_size(name):
+    """Logits (N, K) for square inputs of its Arch.min_side and twice it, and of 32 (CIFAR's) where it takes them."""
+    side = ARCHS[name].min_side
+    net = build_model(name, 10).eval()
     with torch.no_grad():
-        assert build_model(name, 10).eval()(torch.randn(2, 3, side, side)).shape == (2, 10)
+        for s in sorted({side, 2 * side, max(side, 32)}):
+            assert net(torch.randn(2, 3, s, s)).shape == (2, 10), s
 
 
-@pytest.mark.parametrize("name", SMALL)
-def test_small_nets_gradients_reach_every_parameter(name):
+def check_gradients_reach_every_parameter(name):
     net = build_model(name, 10)
-    loss = nn.functional.cross_entropy(net(torch.randn(4, 3, 32, 32)), torch.arange(4))
+    side = max(ARCHS[name].min_side, 32)
+    loss = nn.functional.cross_entropy(net(torch.randn(4, 3, side, side)), torch.arange(4))
     loss.backward()
-    for name, p in net.named_parameters():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
-        assert p.grad.abs().sum() > 0, name
+    for n, p in net.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+        assert p.grad.abs().sum() > 0, n
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_every_arch_takes_any_input_size_from_its_smallest(name):
+    check_any_input_size(name)
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_every_arch_gradients_reach_every_parameter(name):
+    check_gradients_reach_every_parameter(name)
 
 
 @pytest.mark.parametrize("name", ARCHS)
 def test_channels_last_and_autocast(name):
     net = build_model(name, K).eval().to(memory_format=torch.channels_last)
-    side = SIDE.get(name, 32)
+    side = max(ARCHS[name].min_side, 32)
     x = torch.randn(2, 3, side, side).to(memory_format=torch.channels_last)
     with torch.no_grad():
         ref = net(x)

@@ -15,8 +15,10 @@ import re
 import numpy as np
 import pytest
 import torch
+import test_cmd
+import test_models
+import test_train
 import torch.nn as nn
-from test_mnist import write_idx
 from torchvision import datasets as tv
 
 import label_correction
@@ -26,7 +28,7 @@ import noise
 import train
 from mutual import Clock, Comparators, Method, Precision, mutual_step
 from tools import batched, plot
-from training import config, datasets, download, presets, report
+from training import config, datasets, download, presets, report, tiny
 from training.images import DataError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,11 +65,14 @@ def test_an_architecture_added_to_its_registry_trains_on_its_own_preset(tmp_path
     def tiny(k, pretrained):
         built.append(k)
         return nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(48, k))
-    monkeypatch.setitem(models.ARCHS, "tiny", models.Arch(tiny, "cpu"))
+    monkeypatch.setitem(models.ARCHS, "tiny", models.Arch(tiny, "cpu", min_side=4))
     out = str(tmp_path / "run")
     train.main([a if a != "mlp" else "tiny" for a in ONE_EPOCH] + ["--out", out])
     cfg = json.load(open(os.path.join(out, "config.json")))
     assert built == [4, 4] and cfg["arch"] == "tiny,tiny" and cfg["lr"] == presets.preset("synthetic", "mlp")["lr"]
+    # the tests of every architecture take it as they take the registry's own (test_models)
+    test_models.check_any_input_size("tiny")
+    test_models.check_gradients_reach_every_parameter("tiny")
     monkeypatch.setitem(models.ARCHS, "tiny", models.Arch(tiny, "no-such-schedule"))  # no row: one line, no guess
     with pytest.raises(SystemExit) as e:
         train.main([a if a != "mlp" else "tiny" for a in ONE_EPOCH] + ["--out", str(tmp_path / "other")])
@@ -97,6 +102,9 @@ def test_a_noise_kind_added_to_its_registry_trains_on_its_own_labels(tmp_path, m
     flipped = given != clean
     assert 0.3 < flipped.mean() < 0.7 and np.array_equal(given[flipped], (clean[flipped] + 2) % 4)
     assert plot.describe(json.load(open(os.path.join(out, "config.json"))))["noise"] == "50% two-up noise"
+    # the tests of every noise kind take it as they take the registry's own (test_cmd)
+    test_cmd.test_every_noise_kind_flips_about_its_rate_and_its_seed_fixes_the_flips("up2")
+    test_cmd.test_every_noise_kind_is_a_transition_matrix_that_add_noise_draws_from("up2")
 
 
 @pytest.mark.parametrize("entry", ["train.py", "tools.batched"])
@@ -115,6 +123,8 @@ def test_a_noise_kind_that_depends_on_the_sample_added_to_its_registry_flips_by_
     data = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(size=64, test_size=32, classes=4))
     bright = data.train.images.reshape(64, -1).float().mean(1).numpy() > 127
     assert 0 < bright.sum() < 64 and np.array_equal(given != data.train.labels, bright)
+    if entry == "train.py":  # the tests of every kind that depends on the sample take it too (test_cmd)
+        test_cmd.test_a_kind_that_depends_on_the_sample_flips_by_its_input("bright")
 
 
 @pytest.mark.parametrize("entry", ["train.py", "tools.batched"])
@@ -134,13 +144,14 @@ def test_a_noise_kind_that_needs_more_classes_is_one_line_in_train_py_and_tools_
 
 
 KMNIST = datasets.Dataset(datasets.DATASETS["mnist"].read, "KMNIST", "mlp", tv.KMNIST, (0.1918,) * 3, (0.3483,) * 3,
-                          flip=False, form=download.gz_files)
+                          flip=False, form=download.gz_files, tiny=tiny.Copy(lambda root: tiny.write_idx(
+                              root, n_train=40, n_test=20)))
 
 
 def test_a_dataset_added_to_its_registry_downloads_reads_its_real_files_and_trains(tmp_path, monkeypatch):
     # one edit, its record: a torchvision class of a form download.py knows is fetched, read and trained
     monkeypatch.setitem(datasets.DATASETS, "kmnist", KMNIST)
-    sets = write_idx(tmp_path / "mirror", n_train=40, n_test=20)  # KMNIST's published names, gzipped
+    sets = KMNIST.tiny.write(tmp_path / "mirror")  # its record's tiny copy: KMNIST's published names, gzipped
     tv.KMNIST.resources = [(f, hashlib.md5((tmp_path / "mirror" / f).read_bytes()).hexdigest())
                            for f, _ in tv.KMNIST.resources]  # the tiny copies' sums (conftest puts the real ones back)
     out = str(tmp_path / "run")
@@ -153,6 +164,9 @@ def test_a_dataset_added_to_its_registry_downloads_reads_its_real_files_and_trai
         f for name, _ in tv.KMNIST.resources for f in (name, name[:-len(".gz")]))
     d = datasets.load_dataset("kmnist", tmp_path / "data", download=False)
     assert np.array_equal(d.train.labels, sets["train"][1]) and d.mean == KMNIST.mean
+    # the tests of every dataset read from files take it as they take the registry's own (test_train), by its copy
+    for mode in ("progressive", "coteach"):
+        test_train.check_every_mode_trains_on(tmp_path / mode, "kmnist", mode)
 
 
 def test_a_download_form_reads_each_name_off_the_class():

@@ -33,7 +33,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import calculate_md5
 
-from training import clothing1m, download, webvision
+from training import clothing1m, download, tiny, webvision
 from training.cifar_n import CIFAR10N, CIFAR100N
 from training.download import fetch  # `download` is also the readers' flag: download if absent
 # Data, DataError, FileImages, ... are images.py's; train.py reaches them through this module too.
@@ -64,6 +64,8 @@ class Dataset(NamedTuple):
     elsewhere  -- where else its files can be had, for the message when none are found
     human      -- the human labels of its training set that --noise human reads (cifar_n.py), or None
     about      -- what --help says of it, after its title
+    tiny       -- a tiny copy of its files in their released layout (training/tiny.py: a Copy), which the tests read
+                  it, download it and train on; None: nothing to copy (synthetic)
     """
     read: Callable
     title: str
@@ -78,6 +80,7 @@ class Dataset(NamedTuple):
     form: Callable | None = None
     human: object = None  # cifar_n.HumanLabels
     about: str = ""
+    tiny: object = None  # tiny.Copy
 
     def published(self):
         """What a download of it brings (download.Published, read off `source` by `form`), or None: not fetched."""
@@ -481,40 +484,47 @@ def in_memory_images(splits, image_size=None):
 
 DATASETS = {
     "cifar100": Dataset(_cifar, "CIFAR-100", "resnet34", tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD,
-                        form=download.archive, human=CIFAR100N, about="the paper's"),
+                        form=download.archive, human=CIFAR100N, about="the paper's", tiny=tiny.Copy(tiny.write_cifar)),
     "cifar10": Dataset(_cifar, "CIFAR-10", "resnet34", tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD, form=download.archive,
-                       human=CIFAR10N),
+                       human=CIFAR10N, tiny=tiny.Copy(tiny.write_cifar10)),
     "fashionmnist": Dataset(_idx, "Fashion-MNIST", "resnet18", tv.FashionMNIST, (0.2860,) * 3, (0.3530,) * 3,
                             elsewhere="on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
                                       "/usr/share/datasets/fashion-mnist/ (pass --data-dir "
                                       "/usr/share/datasets/fashion-mnist)",
                             form=download.gz_files, about="28x28 grayscale from IDX files (Debian: apt-get install "
                                                          "dataset-fashion-mnist, then --data-dir "
-                                                         "/usr/share/datasets/fashion-mnist)"),
+                                                         "/usr/share/datasets/fashion-mnist)",
+                            tiny=tiny.Copy(lambda root: tiny.write_idx(root, seed=0))),
     "mnist": Dataset(_idx, "MNIST", "cnn", tv.MNIST, (0.1307,) * 3, (0.3081,) * 3, flip=False,
                      elsewhere="Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the "
                                "four files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) "
                                "makes, from a machine with internet into --data-dir",
-                     form=download.gz_files, about="28x28 grayscale from IDX files"),
+                     form=download.gz_files, about="28x28 grayscale from IDX files",
+                     tiny=tiny.Copy(lambda root: tiny.write_idx(root, seed=1))),
     "svhn": Dataset(_split_arrays, "SVHN", "resnet34", tv.SVHN, flip=False,
                     elsewhere="put train_32x32.mat and test_32x32.mat (http://ufldl.stanford.edu/housenumbers/) in "
                               "SVHN/ under --data-dir",
-                    form=download.split_files, about="32x32 house numbers from its .mat files (needs scipy)"),
+                    form=download.split_files, about="32x32 house numbers from its .mat files (needs scipy)",
+                    tiny=tiny.Copy(tiny.write_svhn)),
     "food101": Dataset(_food101, "Food-101", "resnet50_imagenet", tv.Food101, real_noise=True, pretrained=True,
                        elsewhere="put the extracted food-101/ folder (food-101.tar.gz, "
                                  "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir",
-                       form=download.archive, about="the paper's"),
-    "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True, about="the paper's"),
+                       form=download.archive, about="the paper's",
+                       tiny=tiny.Copy(tiny.write_food101, ("--image-size", "32"))),
+    "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True, about="the paper's",
+                         tiny=tiny.Copy(tiny.write_webvision, ("--image-size", "32"))),
     "clothing1m": Dataset(_clothing1m, "Clothing1M", "resnet50_imagenet", real_noise=True, pretrained=True,
                           elsewhere="Clothing1M is not downloadable: ask its authors for it (Xiao et al. 2015, "
                                     "https://github.com/Cysu/noisy_label) and put images/ and its key lists in "
                                     "--data-dir",
-                          about="real-world noisy labels, tested on its clean test set"),
+                          about="real-world noisy labels, tested on its clean test set",
+                          tiny=tiny.Copy(tiny.write_clothing1m, ("--image-size", "32"))),
     "animal10n": Dataset(_animal10n, "ANIMAL-10N", "resnet18", real_noise=True,
                          elsewhere="ANIMAL-10N is not downloadable: ask its authors for it (Song et al. 2019, "
                                    "https://dm.kaist.ac.kr/datasets/animal-10n/) and put its training/ and testing/ "
                                    "folders in --data-dir",
-                         about="real-world noisy labels, 64x64, held in memory"),
-    "folder": Dataset(_folder, "an image folder", "resnet18", about="any ImageFolder tree"),
+                         about="real-world noisy labels, 64x64, held in memory", tiny=tiny.Copy(tiny.write_animal10n)),
+    "folder": Dataset(_folder, "an image folder", "resnet18", about="any ImageFolder tree",
+                      tiny=tiny.Copy(tiny.write_folder, ("--image-size", "16"))),
     "synthetic": Dataset(_synthetic, "synthetic", "cnn", about="generated in memory, for CPU runs"),
 }
