@@ -17,7 +17,7 @@ gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q
 LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a Correction (its target or its own loss, the
                      name plots show); mutual.targets and mutual.self_loss read it, and so does everything that
                      lists the corrections (the flags, their checks, the plots, the tests). It also holds Table 3's
-                     single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision's reweighting,
+                     single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision (reweighting, revision),
                      MentorNet PD, CDR's gradient rule, and Joint optimisation's first step with its relabelling
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
@@ -200,6 +200,44 @@ def joint_begin(m, epochs):
     return max(1, round(m.comparators.joint_begin * epochs))
 
 
+def revise_from(m, epochs):
+    """The epoch from whose start T-revision's models learn their slack ΔT: the last --trevision-revise epochs, and
+    never before an epoch has trained with the warm-up's T̂ (a run whose warm-up fills it never revises); None:
+    reweighting alone."""
+    revise = m.comparators.trevision_revise
+    return max(epochs - revise, m.warmup + 1) if revise else None
+
+
+def revision_optimisers(nets, slack, m, weight_decay):
+    """The optimisers of a revision stage (Correction.revise): Adam on each model's parameters and its slack together,
+    at m.comparators.trevision_revise_lr, with the run's weight decay on both (their revision: Adam, lr 5e-7, weight
+    decay 1e-4, which is their SGD's too)."""
+    return [torch.optim.Adam([*net.parameters(), s], lr=m.comparators.trevision_revise_lr, weight_decay=weight_decay)
+            for net, s in zip(nets, slack)]
+
+
+def trevision_loss(logits, logp, y, m, clock, k):
+    """T-revision's reweighting with T̂, or in its revision stage (Method.slack, from revise_from) with T̂ + ΔT."""
+    if m.slack is not None and clock.epoch >= revise_from(m, clock.epochs):
+        return robust.revision_loss(logits, y, m.estimates[k], m.slack[k], logp=logp)
+    return robust.reweight_loss(logits, y, m.estimates[k], logp=logp)
+
+
+def check_trevision(args):
+    """--lc trevision: what its estimate needs, and a revision stage that starts after the warm-up's estimate."""
+    why = check_transition(args, "trevision", True)
+    if why or not args.trevision_revise:
+        return why
+    if args.warmup < args.epochs and args.epochs - args.trevision_revise <= args.warmup:
+        return (f"--trevision-revise {args.trevision_revise} starts the revision before --warmup {args.warmup}'s "
+                f"estimate of T̂ has trained a step (--epochs {args.epochs}); give it fewer than "
+                f"{args.epochs - args.warmup} epochs")
+    if args.graph in ("capture", "compile"):
+        return (f"--trevision-revise changes each model's optimiser to Adam when its revision starts, which a replayed "
+                f"step (--graph {args.graph}) cannot follow; use --graph off")
+    return None
+
+
 def noise_of(m, lc):
     """(kind, rate) of a run's synthetic noise (mutual.Method.noise), which Forward's true T and CDR's default τ
     read; ValueError where the method does not know it."""
@@ -227,6 +265,9 @@ class Correction(NamedTuple):
     estimate -- (probs, m) -> a tensor: what the run estimates of each model once its warm-up ends (mutual.Method's
               warmup), from the model's predicted probabilities (N, K) on the training set; the loss reads model k's
               as m.estimates[k] (Forward's and T-revision's T̂). None: no estimate
+    revise -- (m, epochs) -> R or None: from the start of epoch R (0-based) on, each model learns a slack beside its
+              estimate (Method.slack, zeros at first) with Adam at m.comparators.trevision_revise_lr, the model and
+              its slack together (T-revision's revision stage). None: no revision
     relabel -- (m, epochs) -> B: from the start of epoch B (0-based) on, each model trains on relabelled given
               labels, the mean of its predicted probabilities on the training set (eval mode, no augmentation) at the
               start of each of the last robust.JOINT_WINDOW epochs, recorded from epoch B - W + 1 on (Joint's); the
@@ -240,6 +281,7 @@ class Correction(NamedTuple):
     knobs: tuple = ()
     grad_rule: Callable | None = None
     estimate: Callable | None = None
+    revise: Callable | None = None
     relabel: Callable | None = None
     check: Callable | None = None
     unbatched: str = ""
@@ -274,10 +316,9 @@ LABEL_CORRECTIONS = {
     "forward-anchor": Correction("Forward (T̂)", loss=lambda logits, logp, q, y, m, clock, k: robust.forward_loss(
         logits, y, m.estimates[k], logp=logp), knobs=("anchor_percentile",), estimate=lambda probs, m: estimated(
         probs, m), check=lambda a: check_transition(a, "forward-anchor", True), unbatched="its T̂ is each run's estimate"),
-    "trevision": Correction("T-revision (reweighting)", loss=lambda logits, logp, q, y, m, clock, k:
-                            robust.reweight_loss(logits, y, m.estimates[k], logp=logp), knobs=("anchor_percentile",),
-                            estimate=lambda probs, m: estimated(probs, m),
-                            check=lambda a: check_transition(a, "trevision", True),
+    "trevision": Correction("T-revision", loss=lambda logits, logp, q, y, m, clock, k: trevision_loss(
+        logits, logp, y, m, clock, k), knobs=("anchor_percentile", "trevision_revise", "trevision_revise_lr"),
+                            estimate=lambda probs, m: estimated(probs, m), revise=revise_from, check=check_trevision,
                             unbatched="its T̂ is each run's estimate"),
     "mentornet": Correction("MentorNet PD", loss=lambda logits, logp, q, y, m, clock, k: robust.mentornet_pd_loss(
         logits, y, m.comparators.mentornet_percentile, m.comparators.mentornet_burn_in, clock.progress, logp=logp),

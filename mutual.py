@@ -419,6 +419,11 @@ class Comparators:
     joint_begin: float = knob(0.35, "Joint optimisation: the fraction of --epochs after which each sample's label is "
                                     "the mean of the model's last 10 epochs of predictions (--lc joint; the "
                                     "authors': epoch 70 of 200)", (lambda v: 0 < v <= 1, "in (0, 1]"))
+    trevision_revise: int = knob(0, "T-revision: the last E epochs learn a slack ΔT beside T̂, each model and its ΔT "
+                                    "by Adam at --trevision-revise-lr (their revision stage; 0: reweighting alone)",
+                                 (lambda v: v >= 0, "at least 0"))
+    trevision_revise_lr: float = knob(5e-7, "T-revision: Adam's lr in the revision stage (the authors': 5e-7)",
+                                      (positive, "a positive lr"))
     anchor_percentile: float = knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident "
                                            "sample below this percentile (100: the most confident, the authors' "
                                            "CIFAR-100 setting; 97: their CIFAR-10 one)",
@@ -463,6 +468,8 @@ class Method:
     # (Forward, CDR's τ); None where the noise is not synthetic. Not a flag: train.py's --noise and --rate set it.
     estimates: tuple | None = None  # each model's estimate from its warm-up (Forward's and T-revision's T̂, label_
     # correction.Correction.estimate), once the run has made it; None before. Not a flag: train.py sets it.
+    slack: tuple | None = None  # each model's learned slack beside its estimate (T-revision's ΔT, Correction.revise),
+    # from the epoch its revision starts; None before. Not a flag: train.py sets it.
 
     def chi_at(self, t, total, num_classes):
         """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for mkd,

@@ -8,6 +8,7 @@ forward_loss      -- Forward correction (Patrini et al. 2017): the CE of T-corre
 true_transition   -- the true T of synthetic noise, the T Forward trains with here
 anchor_transition -- Patrini et al.'s estimate T̂ from the anchor points of a model's predictions
 reweight_loss     -- T-revision's importance reweighting (Xia et al. 2019) with a transition matrix T
+revision_loss     -- ... and its revision stage: T = T̂ + ΔT, the slack ΔT learned through the weights
 mentornet_pd_loss -- MentorNet (Jiang et al. 2018), its predefined self-paced curriculum, the form that needs
                      no clean data
 cdr_mask_         -- CDR (Xia et al. 2021): the gradient kept on the critical parameters alone
@@ -135,6 +136,26 @@ def reweight_loss(logits, labels, t, logp=None):
     p = logp.exp()
     p_y = p.gather(1, labels[:, None])[:, 0]
     beta = (p_y / (p @ t.to(p)).gather(1, labels[:, None])[:, 0]).detach()
+    return (beta * -logp.gather(1, labels[:, None])[:, 0]).mean()
+
+
+def revision_loss(logits, labels, t_hat, delta, logp=None):
+    """T-revision's revision stage (Xia et al. 2019): the reweighted CE with T = T̂ + ΔT, ΔT a learned K x K slack, and
+    β not detached, so that ΔT learns through the weights β (its only way) and the network through β and the CE:
+
+      β_n = p_n(ỹ_n) / (p_n (T̂ + ΔT))_{ỹ_n},   L = mean_n β_n (−log p_n(ỹ_n))
+
+    As their reweighting_revision_loss, which their main.py trains with (Adam at lr 5e-7 on the network and ΔT
+    together, ΔT from 0), but for one slip: their loop adds ΔT to T once per sample, so that sample n of a batch
+    reads T̂ + (n + 1) ΔT; here every sample reads T̂ + ΔT (their _v2 adds it once, and detaches β, which leaves ΔT
+    without a gradient). No clamp, as theirs. logits: (N, K) with gradient; labels: (N,) int64; t_hat: (K, K), a
+    constant; delta: (K, K) with gradient. Returns a scalar.
+    """
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    p = logp.exp()
+    p_y = p.gather(1, labels[:, None])[:, 0]
+    beta = p_y / (p @ (t_hat.to(p) + delta)).gather(1, labels[:, None])[:, 0]
     return (beta * -logp.gather(1, labels[:, None])[:, 0]).mean()
 
 

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 import robust
 
-from label_correction import LABEL_CORRECTIONS, confidence_from_sum
+from label_correction import LABEL_CORRECTIONS, confidence_from_sum, revision_optimisers
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from training import datasets, graph, images, rundir, runfiles
 from training.batches import Batches
@@ -88,8 +88,11 @@ def main(argv=None):
     except runfiles.WriteError as e:  # stdout, before the run has written a file
         raise UserError(f"{e}; the run wrote nothing; {e.fix}, then run the command again") from None
     models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)
-    start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
     method = dataclasses.replace(method, estimates=run.estimates(setup.device))  # a warm-up's estimates, on resume
+    if run.epochs_done and revising(method, run.epochs_done - 1, args):  # its last epoch revised: the revision's
+        # optimisers, before their state is restored
+        models, method = revised(models, method, args, setup, run.slack(setup.device))
+    start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
     loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
         args, d, setup)))
     if args.labels_from is not None:  # Joint optimisation's second step: each model on its relabelled labels
@@ -114,7 +117,7 @@ def main(argv=None):
             chis = [method.chis_at(t, args.epochs, d.num_classes, len(models.nets)) for t in (epoch, epoch + 1)]
             head = dict(epoch=epoch + 1, lr=lr, **chi_keys(chis[1]), seconds=time.time() - t0)
             row = epoch_row(s, results, head, d.num_classes, known_clean=args.noise != "none")
-            run.log_epoch(row, hist.cpu().numpy(), chis, models, r, loop.method.estimates)
+            run.log_epoch(row, hist.cpu().numpy(), chis, loop.models, r, loop.method.estimates, loop.method.slack)
             report_epoch(row, loop, setup.rank, writer)
         if setup.rank == 0:
             labels = final_labels(loop, args.epochs, d, train, args, setup)
@@ -228,6 +231,11 @@ def stage(loop, epoch, d, train, args, setup):
     m, c = loop.method, LABEL_CORRECTIONS[loop.method.lc]
     if c.relabel is not None:
         return relabelled(loop, epoch, c.relabel(m, args.epochs), d, train, args, setup)
+    if m.slack is None and revising(m, epoch, args):
+        models, m = revised(loop.models, m, args, setup)
+        setup.log(f"stage: from epoch {epoch + 1}, {c.title} learns each model's slack ΔT beside its T̂, by Adam at lr "
+                  f"{m.comparators.trevision_revise_lr:g}", flush=True)
+        return loop._replace(models=models).training_by(m, setup)
     if c.estimate is None or m.estimates is not None or epoch < m.warmup:
         return loop
     probs = train_predictions(loop, d, train, args, setup)
@@ -236,6 +244,26 @@ def stage(loop, epoch, d, train, args, setup):
               f"trains with each model's estimate from its predictions on the {len(train.labels)} training samples",
               flush=True)
     return loop.training_by(dataclasses.replace(m, estimates=estimates), setup)
+
+
+def revising(m, epoch, args):
+    """Whether epoch (0-based) is in the run's revision stage (label_correction.Correction.revise)."""
+    revise = LABEL_CORRECTIONS[m.lc].revise
+    start = None if revise is None else revise(m, args.epochs)
+    return start is not None and epoch >= start
+
+
+def revised(models, m, args, setup, slack=None):
+    """The models with a revision's optimisers: each model's slack (zeros, or a checkpoint's), Adam on the model and
+    its slack, a constant lr. Returns (rundir.Models, the method with the slacks)."""
+    k = m.estimates[0].shape[0]
+    slack = tuple(torch.zeros(k, k, device=setup.device) if s is None else s.clone()
+                  for s in (slack or (None,) * len(models.nets)))
+    for s in slack:
+        s.requires_grad_(True)
+    opts = revision_optimisers(models.nets, slack, m, args.weight_decay)
+    lr_scheds = [torch.optim.lr_scheduler.MultiStepLR(o, [], 1.0) for o in opts]  # their revision has no schedule
+    return rundir.Models(models.nets, opts, lr_scheds), dataclasses.replace(m, slack=slack)
 
 
 def train_predictions(loop, d, train, args, setup):

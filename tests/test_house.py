@@ -58,7 +58,7 @@ def test_the_comparators_settings_are_not_the_papers_method_fields():
     assert others >= {"forget_rate", "num_gradual", "coteach_plus_init", "jocor_lambda", "kdcl_t", "kdcl_lambda",
                       "gce_q", "tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier", "mkd_eps"}
     groups = {g.title.split()[0]: {a.dest for a in g._group_actions} for g in config.parser()._action_groups}
-    assert groups["method"] == paper - {"comparators", "noise", "estimates"} and groups["comparators"] == others
+    assert groups["method"] == paper - {"comparators", "noise", "estimates", "slack"} and groups["comparators"] == others
 
 
 def test_changing_a_default_in_method_changes_the_flag(monkeypatch):

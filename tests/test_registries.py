@@ -207,8 +207,8 @@ def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkey
 # ---------------------------------------------------------------- every knob reaches what a step computes
 
 KNOBS = [(kind, f) for kind in (Method, Comparators) for f in dataclasses.fields(kind)
-         if f.name not in ("mode", "lc", "comparators", "noise", "estimates")]  # the axes are the registries, tested
-# above; noise and a stage's estimates are the run's, not knobs
+         if f.name not in ("mode", "lc", "comparators", "noise", "estimates", "slack")]  # the axes are the
+# registries, tested above; noise and a stage's estimates and slacks are the run's, not knobs
 
 
 def other_value(f):
@@ -245,6 +245,10 @@ def step_of(method, m=2, epoch=1):
     with torch.no_grad():
         nets[0][3].weight.mul_(4)  # confident and unconfident predictions both
     opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in nets]
+    revise = label_correction.LABEL_CORRECTIONS[method.lc].revise
+    if revise is not None and revise(method, 10) is not None and epoch >= revise(method, 10):  # its revision's
+        method = dataclasses.replace(method, slack=tuple(torch.zeros(4, 4, requires_grad=True) for _ in range(m)))
+        opts = label_correction.revision_optimisers(nets, method.slack, method, 5e-4)  # slacks and optimisers
     g = torch.Generator().manual_seed(1)
     x = torch.randn(64, 3, 2, 2, generator=g) * torch.linspace(0.05, 8, 64)[:, None, None, None]
     y = torch.randint(0, 4, (64,), generator=g)
@@ -256,26 +260,29 @@ def step_of(method, m=2, epoch=1):
         batch += (torch.softmax(3 * torch.randn(m, 64, 4, generator=torch.Generator().manual_seed(2)), -1),)
     sums, _ = mutual_step(nets, opts, batch, method, method.chis_at(clock.t, clock.epochs, 4, m),
                           [torch.tensor(0.6), torch.tensor(0.8)][:m], clock, precision)
-    return torch.cat([sums, *(p.detach().flatten() for n in nets for p in n.parameters())])  # and the update
+    return torch.cat([sums, *(p.detach().flatten() for n in nets for p in n.parameters()),  # and the update
+                      *(s.detach().flatten() for s in method.slack or ())])
 
 
 def accepted(mode, lc, f):
     """Whether train.py takes knob f at other_value(f) with --mode and --lc; False: one line, rc 2."""
     flag = "--" + f.name.replace("_", "-")
     staged = label_correction.LABEL_CORRECTIONS[lc].estimate and f.name != "warmup"  # its stage needs a warm-up
+    revised = label_correction.LABEL_CORRECTIONS[lc].revise  # and its revision, epochs after it
     try:
         config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f))] +
-                                       (["--warmup", "1"] if staged else [])))
+                                       (["--warmup", "1"] if staged else []) + (["--epochs", "20"] if revised else [])))
         return True
     except config.UserError:
         return False
 
 
 def base_method(mode, lc):
-    """The method each knob is changed from: the mode's own (η, b), b = −5 where it is tunable, τ = 0.2."""
+    """The method each knob is changed from: the mode's own (η, b), b = −5 where it is tunable, τ = 0.2, T-revision's
+    last 2 of 10 epochs revising."""
     eta, b = mutual.MODES[mode].thresholds or (None, None)
     return Method(mode=mode, lc=lc, eta=eta, b=-5.0 if mutual.MODES[mode].tunable else b, noise=("sym", 0.2),
-                  comparators=Comparators(forget_rate=0.2))
+                  comparators=Comparators(forget_rate=0.2, trevision_revise=2))  # T-revision revises epochs 8 and 9
 
 
 @functools.lru_cache(maxsize=None)
@@ -302,7 +309,8 @@ def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_re
             else:
                 changed = dataclasses.replace(base, comparators=dataclasses.replace(base.comparators, **{
                     f.name: other_value(f)}))
-            epochs = (1, 8) + ((3,) if label_correction.LABEL_CORRECTIONS[lc].relabel else ())  # where it relabels
+            c = label_correction.LABEL_CORRECTIONS[lc]
+            epochs = (1, 8) + ((3,) if c.relabel else ()) + ((6, 9) if c.revise else ())  # where it relabels, revises
             changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in epochs)
             assert changes == read, (
                 f"{f.name} = {other_value(f)} with --mode {mode} --lc {lc}: "

@@ -384,3 +384,93 @@ def test_the_second_step_trains_each_model_on_its_own_labels_from_scratch(tmp_pa
         err = capsys.readouterr().err
         assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
         assert not (tmp_path / "refused").exists()
+
+
+# ---------------------------------------------------------------- T-revision's revision stage
+
+def test_revision_by_hand_and_its_slack_learns_through_the_weight():
+    # p = (.9, .1), T̂ = [[.8, .2], [.3, .7]], ΔT = 0, noisy label 1: β = .1 / .25 = .4, as the reweighting
+    t = torch.tensor([[0.8, 0.2], [0.3, 0.7]])
+    z = logits_of([[0.9, 0.1]]).requires_grad_()
+    delta = torch.zeros(2, 2, requires_grad=True)
+    loss = robust.revision_loss(z, torch.tensor([1]), t, delta)
+    assert loss.item() == pytest.approx(0.4 * -math.log(0.1), rel=1e-6)
+    loss.backward()
+    # ∂L/∂ΔT[i, 1] = −β/(p T)_1 p_i · CE: the slack moves by the weight alone; column 0 is not read for label 1
+    ce = -math.log(0.1)
+    want = torch.tensor([[0.0, -0.4 / 0.25 * 0.9 * ce], [0.0, -0.4 / 0.25 * 0.1 * ce]])
+    assert torch.allclose(delta.grad, want, atol=1e-5)
+    # and the network's gradient is not the reweighting's, whose β is a constant
+    z2 = logits_of([[0.9, 0.1]]).requires_grad_()
+    robust.reweight_loss(z2, torch.tensor([1]), t).backward()
+    assert not torch.allclose(z.grad, z2.grad)
+
+
+def test_revision_is_the_authors_loss_with_the_slack_added_once():
+    """xiaoboxia/T-Revision, loss.py: reweighting_revision_loss, its loop over samples, with T = T̂ + ΔT for each
+    sample (their loop adds ΔT once more per sample; here, as their _v2, once)."""
+    g = torch.Generator().manual_seed(7)
+    out, target = torch.randn(16, 4, generator=g), torch.randint(0, 4, (16,), generator=g)
+    t_hat = torch.softmax(3 * torch.eye(4) + torch.rand(4, 4, generator=g), 1)
+    correction = 0.01 * torch.randn(4, 4, generator=g)
+    loss = 0.
+    out_softmax = F.softmax(out, dim=1)
+    for i in range(len(target)):
+        temp = out[i].unsqueeze(0)
+        temp_softmax = out_softmax[i].unsqueeze(0)
+        temp_target = target[i].unsqueeze(0)
+        pro1 = temp_softmax[:, target[i]]
+        T = t_hat + correction  # once
+        out_T = torch.matmul(T.t(), temp_softmax.t())
+        out_T = out_T.t()
+        pro2 = out_T[:, target[i]]
+        beta = (pro1 / pro2)
+        cross_loss = F.cross_entropy(temp, temp_target)
+        loss += beta * cross_loss
+    want = loss / len(target)
+    assert robust.revision_loss(out, target, t_hat, correction).item() == pytest.approx(want.item(), rel=1e-5)
+
+
+REVISED = STAGED[:STAGED.index("--epochs")] + ["--epochs", "4"] + STAGED[STAGED.index("--epochs") + 2:] + [
+    "--lc", "trevision", "--trevision-revise", "2"]
+
+
+@pytest.mark.parametrize("after", [3, 4])  # metrics.jsonl's third line fails: before the revision; its fourth: in it
+def test_the_revision_learns_each_slack_by_adam_and_resumes_equal(tmp_path, capsys, monkeypatch, after):
+    """Epochs 3 and 4 of 4 revise: each model's checkpoint holds its slack, moved from 0, and Adam's state over the
+    model and the slack; a run stopped before or in the revision resumes to the uninterrupted one bit for bit."""
+    import train
+    from test_stops import FullDisk, assert_same_run, command_in, one_line
+
+    from training import runfiles
+    full, out = tmp_path / "full", tmp_path / "run"
+    train.main(REVISED + ["--out", str(full)])
+    ckpt = torch.load(full / "checkpoint.pt", weights_only=True)
+    for k in "ab":
+        assert ckpt[f"slack_{k}"].shape == (4, 4) and 0 < ckpt[f"slack_{k}"].abs().max() < 1e-4, k
+        state = ckpt[f"opt_{k}"]
+        assert state["param_groups"][0]["lr"] == 5e-7 and "exp_avg" in state["state"][0]
+        assert len(state["param_groups"][0]["params"]) == len(ckpt[f"model_{k}"]) - sum(
+            "running" in n or "num_batches" in n for n in ckpt[f"model_{k}"]) + 1  # the weights and the slack
+    monkeypatch.setattr(runfiles, "open", FullDisk("metrics.jsonl", after=after), raising=False)
+    with pytest.raises(SystemExit):
+        train.main(REVISED + ["--out", str(out)])
+    line = one_line(capsys.readouterr().err)
+    assert f"checkpoint.pt holds epoch {after - 1}" in line, line
+    monkeypatch.undo()
+    train.main(command_in(line))
+    assert_same_run(str(out), str(full))
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--trevision-revise", "3"], "--trevision-revise 3 starts the revision before --warmup 1's estimate"),
+    (["--trevision-revise", "1", "--graph", "compile"], "which a replayed step (--graph compile) cannot follow"),
+])
+def test_a_revision_that_cannot_run_is_one_line(tmp_path, capsys, flags, message):
+    import train
+    argv = STAGED + ["--lc", "trevision", "--out", str(tmp_path / "run")] + flags
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run").exists()

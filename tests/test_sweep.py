@@ -172,6 +172,8 @@ def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside
     assert by_name["jocor-sym20-resnet50-s0"].jocor_lambda == 0.85
     assert by_name["zero-gce-sym40-resnet50-s0"].lc == "gce"
     assert by_name["zero-dmi-sym40-resnet50-s0"].warmup == 80 and by_name["zero-cdr-pair20-resnet50-s0"].cdr_rate == 0.2
+    assert (by_name["zero-trevision-sym40-resnet50-s0"].warmup, by_name["zero-trevision-sym40-resnet50-s0"]
+            .trevision_revise) == (15, 50)
     assert {by_name[f"zero-{lc}-sym20-resnet50-s0"].lc for lc in ("forward", "mentornet", "apl")} == {
         "forward", "mentornet", "apl"}
     # Joint's second step reads its first step's folder of the same column and seed, and starts after it

@@ -281,6 +281,10 @@ def resolve(args):
     resolve_noise(args)
     archs = resolve_models(args)
     resolve_optimiser(args, archs[0])
+    check = LABEL_CORRECTIONS[args.lc].check
+    why = check(args) if check else None  # what the label correction needs of the run (label_correction.py)
+    if why:
+        raise UserError(why)
     resolve_out(args)
     return args
 
@@ -410,10 +414,6 @@ def resolve_noise(args):
             raise UserError(f"--lc cdr needs --cdr-rate τ with --noise {args.noise}: it defaults to the noise rate "
                             f"only for synthetic noise (--noise {SYNTHETIC})")
         args.cdr_rate = args.rate
-    check = args.lc is not None and LABEL_CORRECTIONS[args.lc].check
-    why = check(args) if check else None  # what the label correction needs of the run (label_correction.py)
-    if why:
-        raise UserError(why)
 
 
 def resolve_models(args):

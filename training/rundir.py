@@ -193,12 +193,13 @@ class Models(NamedTuple):
     lr_scheds: list
 
 
-def save_checkpoint(out, config, epoch, models, r, seconds, estimates=None):
+def save_checkpoint(out, config, epoch, models, r, seconds, estimates=None, slack=None):
     """Everything a resumed run needs to continue bit for bit, written atomically.
 
     models: Models; r: MyLC's r of each model (device tensors);
     seconds: the run's training time up to here, summed over every process that worked on it;
-    estimates: each model's estimate from a stage (mutual.Method.estimates: T̂), or None.
+    estimates: each model's estimate from a stage (mutual.Method.estimates: T̂), or None; slack: each model's learned
+    slack beside it (mutual.Method.slack: ΔT), or None.
     """
     device = r[0].device
     state = dict(config=config, epoch=epoch, rng_cpu=torch.get_rng_state(), seconds=seconds)
@@ -208,6 +209,8 @@ def save_checkpoint(out, config, epoch, models, r, seconds, estimates=None):
         state[f"r_{k}"] = r_k.cpu()
         if estimates is not None:
             state[f"estimate_{k}"] = estimates[NAMES.index(k)].cpu()
+        if slack is not None:
+            state[f"slack_{k}"] = slack[NAMES.index(k)].detach().cpu()
         state[f"model_{k}"] = getattr(net, "module", net).state_dict()
         state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), lr_sched.state_dict()
     _save(state, os.path.join(out, "checkpoint.pt"))
@@ -381,6 +384,12 @@ class Run:
             return None
         return tuple(self.ckpt[f"estimate_{k}"].to(device) for k in NAMES if f"estimate_{k}" in self.ckpt)
 
+    def slack(self, device):
+        """Each model's learned slack (mutual.Method.slack), as the checkpoint holds it; None where it has none."""
+        if self.ckpt is None or "slack_a" not in self.ckpt:
+            return None
+        return tuple(self.ckpt[f"slack_{k}"].to(device) for k in NAMES if f"slack_{k}" in self.ckpt)
+
     def restore(self, models, device):
         """(epochs done, MyLC's r): the checkpoint's, put back into models; 0 and r = 0 for a fresh run."""
         if self.ckpt is None:
@@ -403,11 +412,12 @@ class Run:
                 np.save(f, noisy)
         trim_metrics(self.out, self.epochs_done)
 
-    def log_epoch(self, row, hist, chis, models, r, estimates=None):
+    def log_epoch(self, row, hist, chis, models, r, estimates=None, slack=None):
         """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C or SIGTERM lands after
         them, and when one cannot be written (runfiles.WriteError) the others are taken back: metrics.jsonl
         never holds an epoch that the checkpoint does not. chis: the step's χ of each model (Method.chis_at) at
-        the epoch's start and end; estimates: each model's estimate from a stage (Method.estimates), or None."""
+        the epoch's start and end; estimates, slack: each model's estimate from a stage and its learned slack
+        (Method.estimates, Method.slack), or None."""
         seconds = self.stopwatch.tick()
         with uninterrupted():
             if self.writes:
@@ -416,7 +426,7 @@ class Run:
                     append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, chis,
                                         self.config["noise"] != "none")
                     if self.resumable:  # --checkpoint none: the metrics alone
-                        save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds, estimates)
+                        save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds, estimates, slack)
                 except runfiles.WriteError:
                     trim_metrics(self.out, self.stopwatch.saved)  # in place: needs no space
                     with contextlib.suppress(runfiles.WriteError):  # a resume rewrites the epoch's row anyway
