@@ -17,7 +17,7 @@ from mutual import LCS, MODES, SMALL_LOSS
 from noise import NOISE
 from tools import perf
 from training import runfiles
-from training.datasets import DATASETS
+from training.datasets import DATASETS, load_dataset
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
@@ -280,6 +280,10 @@ def check_every_mode_trains_on(tmp_path, dataset, mode):
     assert "test" in tests and all(f"{t}_acc_mean" in summary for t in tests)
     assert math.isfinite(row["train_loss_a"]) and row["train_samples"] > 0
     assert (row["precision_b2a"] is None) == (not noise or row["selected_b2a"] == 0)
+    if not noise:  # already noisy: the given labels are the files', none added
+        d = load_dataset(dataset, tmp_path / "data", image_size=None if "--image-size" not in extra else int(
+            extra[extra.index("--image-size") + 1]), download=False)
+        assert np.array_equal(np.load(os.path.join(out, "noisy_labels.npy")), d.train.labels)
 
 
 @pytest.mark.filterwarnings("ignore:ILSVRC12")
