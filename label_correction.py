@@ -17,8 +17,9 @@ gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q
 LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a Correction (its target or its own loss, the
                      name plots show); mutual.targets and mutual.self_loss read it, and so does everything that
                      lists the corrections (the flags, their checks, the plots, the tests). It also holds Table 3's
-                     single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision (reweighting, revision),
-                     MentorNet PD, CDR's gradient rule, and Joint optimisation's first step with its relabelling
+                     single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision (its
+                     reweighting and revision), MentorNet PD, CDR's gradient rule, and Joint optimisation's first
+                     step with its relabelling
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
 the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
@@ -202,7 +203,7 @@ def joint_begin(m, epochs):
 
 def revise_from(m, epochs):
     """The epoch from whose start T-revision's models learn their slack ΔT: the last --trevision-revise epochs, and
-    never before an epoch has trained with the warm-up's T̂ (a run whose warm-up fills it never revises); None:
+    never before an epoch has trained with the warm-up's T̂ (train.py refuses a revision that would); None:
     reweighting alone."""
     revise = m.comparators.trevision_revise
     return max(epochs - revise, m.warmup + 1) if revise else None
@@ -226,9 +227,13 @@ def trevision_loss(logits, logp, y, m, clock, k):
 def check_trevision(args):
     """--lc trevision: what its estimate needs, and a revision stage that starts after the warm-up's estimate."""
     why = check_transition(args, "trevision", True)
-    if why or not args.trevision_revise:
+    if why:
         return why
-    if args.warmup < args.epochs and args.epochs - args.trevision_revise <= args.warmup:
+    if not args.trevision_revise:
+        return None if args.trevision_revise_lr == robust.REVISION_LR else (
+            f"--trevision-revise-lr {args.trevision_revise_lr:g} is the lr of a revision stage, and the run has none; "
+            f"give --trevision-revise E, or drop it")
+    if args.epochs - args.trevision_revise <= args.warmup:
         return (f"--trevision-revise {args.trevision_revise} starts the revision before --warmup {args.warmup}'s "
                 f"estimate of T̂ has trained a step (--epochs {args.epochs}); give it fewer than "
                 f"{args.epochs - args.warmup} epochs")

@@ -40,6 +40,7 @@ from typing import Callable, NamedTuple
 import torch
 
 import baselines
+import robust
 import schedule
 from label_correction import LABEL_CORRECTIONS, one_hot
 from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
@@ -390,8 +391,8 @@ class Comparators:
     gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
                         (lambda v: 0 < v <= 1, "in (0, 1]"))
     forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
-                                           "jocor (default: --rate with --noise sym/pair, as the authors' code "
-                                           "sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
+                                           "jocor (default: --rate with a --noise drawn at a rate, as the authors' "
+                                           "code sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
     num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
                             (lambda v: v >= 1, "at least 1"))
     coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
@@ -405,16 +406,17 @@ class Comparators:
     apl_beta: float = knob(0.1, "APL: β of its passive loss, RCE (--lc apl; the authors' CIFAR-100 value)",
                            (lambda v: 0 <= v < math.inf, "at least 0"))
     mentornet_percentile: float = knob(0.7, "MentorNet PD: the percentile p of the batch's losses below which a "
-                                            "sample counts (--lc mentornet; the authors' flag default)",
+                                            "sample counts (--lc mentornet; the value of the authors' flag)",
                                        (lambda v: 0 < v <= 1, "in (0, 1]"))
     mentornet_burn_in: float = knob(0.18, "MentorNet PD: the fraction of training during which every sample counts "
                                           "(--lc mentornet; the authors' predefined curriculum: 18%%)", (unit, "in [0, 1]"))
     cdr_rate: float | None = knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate "
-                                        "with --noise sym/pair, as the authors' code sets it; give it otherwise)",
+                                        "with a --noise drawn at a rate, as the authors' code sets it; give it "
+                                        "otherwise)",
                                   (lambda v: 0 <= v < 1, "in [0, 1)"))
-    joint_alpha: float = knob(1.0, "Joint optimisation: α of its prior term L_p (--lc joint; the authors' default)",
+    joint_alpha: float = knob(1.0, "Joint optimisation: α of its prior term L_p (--lc joint; the authors' value)",
                               (lambda v: 0 <= v < math.inf, "at least 0"))
-    joint_beta: float = knob(0.5, "Joint optimisation: β of its entropy term L_e (--lc joint; the authors' default)",
+    joint_beta: float = knob(0.5, "Joint optimisation: β of its entropy term L_e (--lc joint; the authors' value)",
                              (lambda v: 0 <= v < math.inf, "at least 0"))
     joint_begin: float = knob(0.35, "Joint optimisation: the fraction of --epochs after which each sample's label is "
                                     "the mean of the model's last 10 epochs of predictions (--lc joint; the "
@@ -422,7 +424,7 @@ class Comparators:
     trevision_revise: int = knob(0, "T-revision: the last E epochs learn a slack ΔT beside T̂, each model and its ΔT "
                                     "by Adam at --trevision-revise-lr (their revision stage; 0: reweighting alone)",
                                  (lambda v: v >= 0, "at least 0"))
-    trevision_revise_lr: float = knob(5e-7, "T-revision: Adam's lr in the revision stage (the authors': 5e-7)",
+    trevision_revise_lr: float = knob(robust.REVISION_LR, "T-revision: Adam's lr in the revision stage (the authors': 5e-7)",
                                       (positive, "a positive lr"))
     anchor_percentile: float = knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident "
                                            "sample below this percentile (100: the most confident, the authors' "

@@ -40,7 +40,7 @@ def instance_rows(images, labels, rate, k, rng, std=0.1):
     """idn: the instance-dependent noise of Xia et al. 2020 (NeurIPS, "Part-dependent label noise"), as their public
     code draws it (tools.py, get_instance_noisy_label; the form CDR's experiments use):
 
-      q_n ~ N(r, std²) truncated to [0, 1]      each sample's flip rate, std = 0.1 (their norm_std)
+      q_n ~ N(r, std²) truncated to [0, 1]      each sample's flip rate, std = 0.1 (their norm_std): truncated_normal
       W_c ~ N(0, 1)^(D x K)                      one projection per clean class
       a_n = x_n W_{y_n}, a_n[y_n] = −inf         x_n the image as floats in [0, 1] (ToTensor's scale), flattened
       P(ỹ | x_n, y_n) = q_n softmax(a_n), + 1 − q_n on y_n
@@ -48,13 +48,30 @@ def instance_rows(images, labels, rate, k, rng, std=0.1):
     so a sample keeps its label with probability 1 − q_n, and a flip goes where its own image points; the realised
     rate is about r (a little above it for small r, by the truncation at 0). images: uint8 (N, C, H, W) (numpy or
     tensor); labels: (N,) int64 clean; rng: a numpy Generator, from which q, then W are drawn (their code draws from
-    the global numpy state; here the run's seed). Returns (N, K) float64 rows summing to 1.
+    numpy's global state, q through scipy.stats.truncnorm; here the run's seed, and numpy alone). Returns (N, K)
+    float64 rows summing to 1 (flip_rows).
     """
-    from scipy import stats  # only this kind needs it (requirements.txt lists it)
     x = np.asarray(images.numpy() if hasattr(images, "numpy") else images).reshape(len(labels), -1)
-    q = stats.truncnorm.rvs((0 - rate) / std, (1 - rate) / std, loc=rate, scale=std, size=len(labels),
-                            random_state=rng)
+    q = truncated_normal(rng, rate, std, len(labels))
     w = rng.standard_normal((k, x.shape[1], k), dtype=np.float32)
+    return flip_rows(x, labels, q, w)
+
+
+def truncated_normal(rng, mean, std, n, low=0.0, high=1.0):
+    """n draws of N(mean, std²) truncated to [low, high]: each drawn again from rng until it falls inside. The
+    distribution of scipy.stats.truncnorm, which their code draws from, with numpy alone."""
+    q = rng.normal(mean, std, n)
+    out = (q < low) | (q > high)
+    while out.any():
+        q[out] = rng.normal(mean, std, int(out.sum()))
+        out = (q < low) | (q > high)
+    return q
+
+
+def flip_rows(x, labels, q, w):
+    """instance_rows' rows from its draws: x (N, D) uint8 images, flattened; labels (N,); q (N,) the flip rates; w
+    (K, D, K) the projections. Row n: q_n softmax(x_n/255 W_{y_n}) over the other classes, 1 − q_n on y_n."""
+    k = w.shape[-1]
     a = np.empty((len(labels), k), dtype=np.float64)
     for c in np.unique(labels):  # one product per clean class: (n_c, D) (D, K)
         at = labels == c

@@ -139,6 +139,9 @@ def reweight_loss(logits, labels, t, logp=None):
     return (beta * -logp.gather(1, labels[:, None])[:, 0]).mean()
 
 
+REVISION_LR = 5e-7  # Adam's lr in T-revision's revision stage, their main.py's
+
+
 def revision_loss(logits, labels, t_hat, delta, logp=None):
     """T-revision's revision stage (Xia et al. 2019): the reweighted CE with T = T̂ + ΔT, ΔT a learned K x K slack, and
     β not detached, so that ΔT learns through the weights β (its only way) and the network through β and the CE:

@@ -10,7 +10,7 @@ from appendix_code import paper_cmd_loss
 from label_correction import (boot_soft, confidence_from_sum, confidence_penalty_loss, label_smoothing,
                               model_confidence, mylc, one_hot, proselflc, tfkd_reg_loss)
 from losses import cmd_distill, cmd_loss, entropy, kdcl_loss, log_probs, mkd_loss, t2s_kd_loss
-from noise import NOISE, add_noise, transition_matrix
+from noise import NOISE, add_noise, flip_rows, transition_matrix, truncated_normal
 from schedule import chi, logistic
 
 K = 10
@@ -431,18 +431,15 @@ def test_a_kind_that_depends_on_the_sample_flips_by_its_input(kind):
         add_noise(clean, kind, 0.4, k, seed=0)
 
 
-def test_idn_is_the_authors_draw():
+def test_idn_rows_are_the_authors_from_the_same_draws():
     """xiaoboxia/Part-dependent-label-noise (and CDR's tools.py): get_instance_noisy_label, its loop over samples in
-    torch float32, fed the same draws (the flip rates, then W) from the same Generator."""
-    from math import inf  # their code's names, as they import them
-
-    from scipy import stats  # only idn needs scipy
-    n, k, rate, norm_std = 300, 5, 0.3, 0.1
+    torch float32, fed the flip rates and projections W that noise.flip_rows is fed."""
+    from math import inf  # their code's name, as they import it
+    n, k = 300, 5
     labels = np.random.default_rng(4).integers(0, k, n)
     images = images_of(n, 5, size=4)
     rng = np.random.default_rng(6)
-    flip_distribution = stats.truncnorm((0 - rate) / norm_std, (1 - rate) / norm_std, loc=rate, scale=norm_std)
-    flip_rate = flip_distribution.rvs(labels.shape[0], random_state=rng)
+    flip_rate = rng.uniform(0, 1, n)
     W = torch.FloatTensor(rng.standard_normal((k, 48, k), dtype=np.float32))
     P = []
     for i, (x, y) in enumerate(zip(torch.from_numpy(images).float() / 255, labels)):
@@ -452,7 +449,20 @@ def test_idn_is_the_authors_draw():
         A[y] += 1 - flip_rate[i]
         P.append(A)
     P = torch.stack(P, 0).numpy()
-    assert np.allclose(NOISE["idn"].rows(images, labels, rate, k, np.random.default_rng(6)), P, atol=1e-6)
+    assert np.allclose(flip_rows(images.reshape(n, -1), labels, flip_rate, W.numpy()), P, atol=1e-6)
+
+
+@pytest.mark.parametrize("mean", [0.05, 0.2, 0.4, 0.9])
+def test_idn_flip_rates_are_their_truncated_normal(mean):
+    """noise.truncated_normal against scipy.stats.truncnorm, which their code draws from: its mean and standard
+    deviation within 4 standard errors, over [0, 1], at std 0.1."""
+    from scipy import stats  # the distribution their code draws from, to compare with
+    n, std = 200_000, 0.1
+    q = truncated_normal(np.random.default_rng(0), mean, std, n)
+    ref = stats.truncnorm((0 - mean) / std, (1 - mean) / std, loc=mean, scale=std)
+    assert q.min() >= 0 and q.max() <= 1
+    assert abs(q.mean() - ref.mean()) < 4 * ref.std() / math.sqrt(n)
+    assert abs(q.std() - ref.std()) < 0.002
 
 
 @pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.matrix is not None and x.takes_rate])

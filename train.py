@@ -96,8 +96,8 @@ def main(argv=None):
     loop = Loop.of(args, setup, models, method, Batches(train, labels=noisy, clean=train.labels, **batch_args(
         args, d, setup)))
     if args.labels_from is not None:  # Joint optimisation's second step: each model on its relabelled labels
-        loop.batches.soft = rundir.load_labels(args.labels_from, noisy, len(models.nets), d.num_classes).to(
-            setup.device)
+        loop.batches.soft = rundir.load_labels(args.labels_from, noisy, len(models.nets), d.num_classes,
+                                               setup.config).to(setup.device)
     evals = eval_batches(d, tests, setup.placement(args.workers))
     row = summary = writer = None
     try:
@@ -215,8 +215,8 @@ def data_and_labels(args, run, setup):
                 print(f"train.py: unreadable image: {path} ({why})", file=sys.stderr)
         raise
     check_train_size(len(noisy), setup.world)
-    setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise "
-              f"{np.mean(noisy != train.labels):.3f}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
+    realised = "-" if args.noise == "none" else f"{np.mean(noisy != train.labels):.3f}"  # none: unknown, or 0
+    setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise {realised}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     return d, train, tests, noisy
 
 
@@ -286,8 +286,8 @@ def relabelled(loop, epoch, begin, d, train, args, setup):
     if epoch >= begin:
         loop.batches.soft = torch.stack([h.mean(0) for h in history])
         if epoch == begin < args.epochs:
-            setup.log(f"stage: from epoch {epoch + 1}, each model trains on its mean prediction of the last "
-                      f"{len(history[0])} epochs as each sample's label", flush=True)
+            setup.log(f"stage: from epoch {epoch + 1}, each sample's label is each model's mean prediction over its "
+                      f"last {robust.JOINT_WINDOW} epochs ({len(history[0])} so far), renewed every epoch", flush=True)
     return loop._replace(method=dataclasses.replace(m, estimates=history))
 
 

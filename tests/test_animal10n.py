@@ -33,6 +33,15 @@ def test_a_file_not_named_as_the_release_names_them_is_one_line(tmp_path, name, 
     assert message in str(e.value) and name in str(e.value) and "\n" not in str(e.value)
 
 
+def test_an_image_of_another_size_is_one_line_that_says_to_resize(tmp_path):
+    write_animal10n(tmp_path)
+    Image.new("RGB", (32, 32)).save(tmp_path / "training" / "2_77777.jpg")
+    with pytest.raises(DataError) as e:
+        load_dataset("animal10n", tmp_path, download=False)
+    assert "2_77777.jpg is 32x32" in str(e.value) and "pass --image-size N" in str(e.value) and "\n" not in str(e.value)
+    assert load_dataset("animal10n", tmp_path, image_size=64, download=False).train.images.shape[1:] == (3, 64, 64)
+
+
 def test_animal10n_without_its_folders_says_where_to_get_it(tmp_path):
     with pytest.raises(DataError, match="ANIMAL-10N is not downloadable: ask its authors"):
         load_dataset("animal10n", tmp_path, download=False)

@@ -268,10 +268,11 @@ def accepted(mode, lc, f):
     """Whether train.py takes knob f at other_value(f) with --mode and --lc; False: one line, rc 2."""
     flag = "--" + f.name.replace("_", "-")
     staged = label_correction.LABEL_CORRECTIONS[lc].estimate and f.name != "warmup"  # its stage needs a warm-up
-    revised = label_correction.LABEL_CORRECTIONS[lc].revise  # and its revision, epochs after it
-    try:
-        config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f))] +
-                                       (["--warmup", "1"] if staged else []) + (["--epochs", "20"] if revised else [])))
+    revised = label_correction.LABEL_CORRECTIONS[lc].revise and f.name != "trevision_revise"  # its lr, a revision
+    try:  # 20 epochs: room for a warm-up (of up to 9 epochs), a revision after it
+        config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f)), "--epochs",
+                                                    "20"] + (["--warmup", "1"] if staged else []) +
+                                       (["--trevision-revise", "2"] if revised else [])))
         return True
     except config.UserError:
         return False

@@ -368,9 +368,16 @@ def test_the_second_step_trains_each_model_on_its_own_labels_from_scratch(tmp_pa
     train.main(second + ["--out", str(plain)])
     rows = [[json.loads(line) for line in open(d / "metrics.jsonl")] for d in (step2, plain)]
     assert rows[0][0]["train_loss_a"] != rows[1][0]["train_loss_a"]
+    from training import config  # its default folder is not the plain run's
+    named = [config.run_name(config.resolve(config.get_args(second + extra))) for extra in (
+        ["--labels-from", str(step1)], [])]
+    assert named[0] != named[1] and named[0].endswith("-ce-from-joint-mlp-s0"), named
     for flags, message in [
-        (["--noise", "sym"], "trained on other given labels than this run's"),
-        (["--labels-from", str(plain)], "labels.npz or its noisy_labels.npy cannot be read"),
+        (["--noise", "sym"], "was trained on other data: its --noise was pair, this run's is sym"),
+        (["--synthetic-difficulty", "0.5"], "its --synthetic-difficulty was 2.0, this run's is 0.5"),
+        (["--seed", "1"], "trained on other given labels than this run's"),
+        (["--labels-from", str(plain)], "holds no labels.npz: give the folder of a finished --lc joint run"),
+        (["--labels-from", str(step1 / "labels.npz")], "is a file: give the folder of the --lc joint run"),
         (["--mode", "coteach", "--lc", "ce"], "--mode coteach trains on the given integer labels"),
     ]:
         argv = second + ["--labels-from", str(step1)]
@@ -465,10 +472,13 @@ def test_the_revision_learns_each_slack_by_adam_and_resumes_equal(tmp_path, caps
 @pytest.mark.parametrize("flags,message", [
     (["--trevision-revise", "3"], "--trevision-revise 3 starts the revision before --warmup 1's estimate"),
     (["--trevision-revise", "1", "--graph", "compile"], "which a replayed step (--graph compile) cannot follow"),
+    (["--trevision-revise-lr", "0.001"], "is the lr of a revision stage, and the run has none"),
+    (["--warmup", "3"], "--warmup 3 fills the run's --epochs 3: --lc trevision would never train"),
 ])
 def test_a_revision_that_cannot_run_is_one_line(tmp_path, capsys, flags, message):
     import train
     argv = STAGED + ["--lc", "trevision", "--out", str(tmp_path / "run")] + flags
+    argv = argv[:argv.index("--warmup")] + argv[argv.index("--warmup") + 2:] if "--warmup" in flags else argv
     with pytest.raises(SystemExit) as e:
         train.main(argv)
     err = capsys.readouterr().err

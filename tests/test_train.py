@@ -294,12 +294,18 @@ def test_every_mode_on_every_on_disk_dataset(tmp_path, dataset, mode):
     check_every_mode_trains_on(tmp_path, dataset, mode)
 
 
+@pytest.mark.filterwarnings("ignore:ILSVRC12")
 @pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.rows is not None])
-def test_noise_that_depends_on_the_sample_is_refused_in_one_line_on_images_read_from_files(tmp_path, capsys, kind):
-    extra = fake_dataset("food101", tmp_path / "data")
+@pytest.mark.parametrize("dataset", [n for n, d in DATASETS.items() if d.files] + ["folder"])
+def test_noise_that_depends_on_the_sample_is_refused_in_one_line_on_images_read_from_files(tmp_path, capsys, kind,
+                                                                                            dataset):
+    """A dataset read from its files (its record's files), or a folder of images too large to hold: one line, exit 2,
+    nothing written."""
+    extra = fake_dataset(dataset, tmp_path / "data")
+    extra = ["--image-size", "128"] if dataset == "folder" else extra  # read from its files above 64 px
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as e:
-        train.main(["--dataset", "food101", "--data-dir", str(tmp_path / "data"), "--arch", "cnn", "--epochs", "1",
+        train.main(["--dataset", dataset, "--data-dir", str(tmp_path / "data"), "--arch", "cnn", "--epochs", "1",
                     "--device", "cpu", "--workers", "0", "--noise", kind, "--out", str(out)] + extra)
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and f"--noise {kind} draws each label from its image" in err[0], err

@@ -95,6 +95,9 @@ def check(run):
         raise BadInput("--compile and torchrun are train.py's; tools.batched trains its runs in one process")
     if a.noise == "human":
         raise BadInput("--noise human reads CIFAR-N's file per run: use train.py for it")
+    if a.labels_from is not None:
+        raise BadInput("--labels-from gives each run's models their own relabelled labels, which one vmapped step "
+                       "cannot hold; use train.py")
     c = LABEL_CORRECTIONS[a.lc]
     if c.unbatched:
         raise BadInput(f"--lc {a.lc} ({c.title}): {c.unbatched}, which one vmapped step cannot hold; use train.py")

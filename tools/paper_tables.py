@@ -134,7 +134,8 @@ PRESETS = {
                       ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
                       ("mylc", "MyLC", method("zero", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc")),
-                      ("joint-1", "Joint, step 1 (relabelled from epoch 70 of 200)", method("zero", "joint")),
+                      ("joint-1", "Joint, step 1 (relabelled from epoch 70 of 200)",
+                       method("zero", "joint") + ["--joint-begin", "0.35"]),
                       ("joint", "Joint (step 2: new networks on step 1's labels)",
                        method("zero", "ce") + ["--labels-from", AFTER + "joint-1"]),
                       ("jocor", "JoCoR (not in the paper)", method("jocor") + ["--jocor-lambda", "0.85"])],
@@ -229,12 +230,28 @@ def grid(t, scale):
     return [(r, c) for r in rows for c in cols]
 
 
+STAGES = {"--warmup": "1", "--trevision-revise": "1", "--joint-begin": None}  # a row's stages: at smoke scale each
+SMOKE_STAGED = "3"  # gets one epoch of its own (None: a fraction, kept), in runs of 3 epochs, so that each one runs
+
+
+def run_key(scale, flags, seed):
+    """The train.py flags of one run: the scale's, less those the cell sets itself (a staged row's --epochs), then
+    the cell's, then the seed."""
+    own = set(flags[::2])
+    base = [f for pair in zip(SCALES[scale][::2], SCALES[scale][1::2]) if pair[0] not in own for f in pair]
+    return base + flags + ["--seed", str(seed)]
+
+
 def cell_flags(t, row, col, scale):
-    """train.py flags of one cell; below paper scale every --arch gives way to the scale's network."""
+    """train.py flags of one cell; below paper scale every --arch gives way to the scale's network; at smoke scale
+    a row with stages (STAGES) runs SMOKE_STAGED epochs, a stage one epoch each."""
     flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + dict((c[0], c[2]) for c in t["cols"])[col]
     if scale != "paper":
         i = flags.index("--arch") if "--arch" in flags else None
         flags = flags if i is None else flags[:i] + flags[i + 2:]
+    if scale == "smoke" and any(f in STAGES for f in flags):
+        flags = [STAGES.get(flags[i - 1]) or f if i and flags[i - 1] in STAGES else f for i, f in enumerate(flags)]
+        flags += ["--epochs", SMOKE_STAGED]
     return flags
 
 
@@ -278,7 +295,7 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
                 if name not in seen:
                     seen.add(name)
                     d = os.path.join(sweep_dir, name)
-                    key = SCALES[scale] + flags + ["--seed", str(seed)]
+                    key = run_key(scale, flags, seed)
                     resolved, dep = after(t, key, col, scale, seed, sweep_dir)
                     out.append(dict(name=name, dir=d, key=key, argv=resolved + ["--out", d, *extra], after=dep))
     return out

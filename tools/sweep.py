@@ -41,8 +41,8 @@ import time
 import warnings
 
 from tools import slurm
-from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, jobs, run_name,
-                                same_run)
+from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, jobs, run_key,
+                                run_name, same_run)
 from tools.stats import mean_std
 from training import runfiles
 from training.errors import Parser, UserError, one_line
@@ -129,7 +129,7 @@ def finished_runs(t, row, col, scale, seeds, sweep_dir):
     flags = cell_flags(t, row, col, scale)
     dirs = [os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}") for seed in range(seeds)]
     return [d for seed, d in enumerate(dirs) if runfiles.state(d) == runfiles.FINISHED
-            and same_run(d, SCALES[scale] + flags + ["--seed", str(seed)])]
+            and same_run(d, run_key(scale, flags, seed))]
 
 
 def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):

@@ -70,11 +70,8 @@ def given_labels(args, d, train, keep):
                             d.num_classes)[keep]
     inputs = None
     if NOISE[args.noise].rows is not None:  # a kind that depends on each sample: its image, as the models see it
-        if not isinstance(train, datasets.TensorImages):
-            raise UserError(f"--noise {args.noise} draws each label from its image, and {args.dataset} is read from "
-                            f"image files as it trains (resized and cropped at random), so no one image stands for "
-                            f"a sample; use a dataset held in memory as one tensor of images (cifar100, for one) or "
-                            f"another --noise")
+        if not isinstance(train, datasets.TensorImages):  # a folder of large images (the others: config.py)
+            raise UserError(datasets.from_files(args.noise, args.dataset))
         inputs = train.images
     try:
         return add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed, inputs=inputs)

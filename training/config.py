@@ -151,7 +151,8 @@ def parser():
                    help="decode every image of a dataset read from files before training, and list all that "
                         "cannot be read (otherwise the first bad one stops the run when a batch reaches it)")
     g.add_argument("--noise", choices=tuple(NOISE),
-                   help=f"label noise: {SYNTHETIC}, synthetic (§4.1); human: the CIFAR-N labels of {'/'.join(human)} "
+                   help=f"label noise: {SYNTHETIC}, drawn here (sym and pair: §4.1; idn: instance-dependent, Xia et al. "
+                        f"2020); human: the CIFAR-N labels of {'/'.join(human)} "
                         "(default: sym, or none for the datasets whose labels are noisy: "
                         f"{', '.join(n for n, d in datasets.DATASETS.items() if d.real_noise)})")
     g.add_argument("--rate", type=float, help=f"noise rate r in [0, 1) (default {RATE} with --noise {SYNTHETIC})")
@@ -165,8 +166,8 @@ def parser():
                                                 "three; random1-3: one annotator each)")
     g.add_argument("--labels-from", metavar="DIR",
                    help="train each model from scratch on the labels a finished --lc joint run in DIR ended with, "
-                        "model A on its A's (Joint optimisation's second step); the given labels are DIR's, so give "
-                        "the data and noise flags as it had them")
+                        "each model on its counterpart's (A on DIR's A): Joint optimisation's second step. The given "
+                        "labels are DIR's, so give the data and noise flags as it had them")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
                    help="training augmentation: the paper's crops and flips (appendix; mnist: crops only, a flipped "
                         "digit is another digit), or none")
@@ -281,6 +282,9 @@ def resolve(args):
     resolve_noise(args)
     archs = resolve_models(args)
     resolve_optimiser(args, archs[0])
+    if args.warmup >= args.epochs:
+        raise UserError(f"--warmup {args.warmup} fills the run's --epochs {args.epochs}: --lc {args.lc} would never "
+                        f"train; give --warmup below --epochs")
     check = LABEL_CORRECTIONS[args.lc].check
     why = check(args) if check else None  # what the label correction needs of the run (label_correction.py)
     if why:
@@ -398,6 +402,8 @@ def resolve_noise(args):
     real_noise = datasets.DATASETS[args.dataset].real_noise
     if args.noise is None:
         args.noise = "none" if real_noise else "sym"
+    elif NOISE[args.noise].rows is not None and datasets.DATASETS[args.dataset].files:
+        raise UserError(datasets.from_files(args.noise, args.dataset))
     elif args.noise != "none" and real_noise:
         warnings.warn(f"{args.dataset} labels are already noisy; adding {args.noise} noise on top", stacklevel=3)
     if args.rate is None and args.noise != "human":
@@ -484,6 +490,7 @@ def run_name(args, omit=(), lr=None):
     method = args.mode + "".join(
         f"-{getattr(args, k)}" if isinstance(getattr(args, k), str) else f"-{k.replace('_', '-')}{getattr(args, k):g}"
         for k in knobs if getattr(args, k) != default[k])
-    parts = dict(dataset=args.dataset, noise=noise, method=method, lc=args.lc, arch=arch,
+    lc = args.lc + (f"-from-{os.path.basename(os.path.normpath(args.labels_from))}" if args.labels_from else "")
+    parts = dict(dataset=args.dataset, noise=noise, method=method, lc=lc, arch=arch,
                  lr=None if lr is None else f"lr{lr}", seed=f"s{args.seed}")
     return "-".join(v for k, v in parts.items() if v is not None and k not in omit)

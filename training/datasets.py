@@ -64,6 +64,8 @@ class Dataset(NamedTuple):
     elsewhere  -- where else its files can be had, for the message when none are found
     human      -- the human labels of its training set that --noise human reads (cifar_n.py), or None
     about      -- what --help says of it, after its title
+    files      -- its images are read from their files as it trains (DataLoader workers), never held in memory
+                  (a folder's are, when they are small: decided as it is read)
     tiny       -- a tiny copy of its files in their released layout (training/tiny.py: a Copy), which the tests read
                   it, download it and train on; None: nothing to copy (synthetic)
     """
@@ -80,11 +82,20 @@ class Dataset(NamedTuple):
     form: Callable | None = None
     human: object = None  # cifar_n.HumanLabels
     about: str = ""
+    files: bool = False
     tiny: object = None  # tiny.Copy
 
     def published(self):
         """What a download of it brings (download.Published, read off `source` by `form`), or None: not fetched."""
         return None if self.source is None or self.form is None else self.form(self.source)
+
+
+def from_files(noise, name):
+    """The line that refuses a noise that depends on each sample's image (noise.NoiseKind.rows) on a dataset read from
+    its files as it trains."""
+    return (f"--noise {noise} draws each label from its image, and {name} is read from image files as it trains "
+            f"(resized and cropped at random), so no one image stands for a sample; use a dataset held in memory as "
+            f"one tensor of images (cifar100, for one) or another --noise")
 
 
 def load_dataset(name, data_dir, image_size=None, download=True, synthetic=Synthetic(), mirror=None):
@@ -478,6 +489,14 @@ def in_memory_images(splits, image_size=None):
                 bad.append((p, first_line(err.__cause__)))
     if bad:
         raise BadImages(bad)
+    shapes = {}  # (H, W) -> the first file of that size
+    for im, (paths, _) in zip(images, splits):
+        for x, p in zip(im, paths):
+            shapes.setdefault(x.shape[:2], p)
+    if len(shapes) > 1:
+        (s1, p1), (s2, p2) = list(shapes.items())[:2]
+        raise DataError(f"images differ in size ({p1} is {s1[1]}x{s1[0]}, {p2} is {s2[1]}x{s2[0]}); pass "
+                        f"--image-size N to resize them all to NxN")
     return [TensorImages(torch.from_numpy(np.stack(im)).permute(0, 3, 1, 2).contiguous(), labels)
             for im, (_, labels) in zip(images, splits)]
 
@@ -509,15 +528,15 @@ DATASETS = {
     "food101": Dataset(_food101, "Food-101", "resnet50_imagenet", tv.Food101, real_noise=True, pretrained=True,
                        elsewhere="put the extracted food-101/ folder (food-101.tar.gz, "
                                  "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir",
-                       form=download.archive, about="the paper's",
+                       form=download.archive, about="the paper's", files=True,
                        tiny=tiny.Copy(tiny.write_food101, ("--image-size", "32"))),
     "webvision": Dataset(_webvision, "mini-WebVision", "inception_resnet_v2", real_noise=True, about="the paper's",
-                         tiny=tiny.Copy(tiny.write_webvision, ("--image-size", "32"))),
+                         files=True, tiny=tiny.Copy(tiny.write_webvision, ("--image-size", "32"))),
     "clothing1m": Dataset(_clothing1m, "Clothing1M", "resnet50_imagenet", real_noise=True, pretrained=True,
                           elsewhere="Clothing1M is not downloadable: ask its authors for it (Xiao et al. 2015, "
                                     "https://github.com/Cysu/noisy_label) and put images/ and its key lists in "
                                     "--data-dir",
-                          about="real-world noisy labels, tested on its clean test set",
+                          about="real-world noisy labels, tested on its clean test set", files=True,
                           tiny=tiny.Copy(tiny.write_clothing1m, ("--image-size", "32"))),
     "animal10n": Dataset(_animal10n, "ANIMAL-10N", "resnet18", real_noise=True,
                          elsewhere="ANIMAL-10N is not downloadable: ask its authors for it (Song et al. 2019, "

@@ -86,7 +86,8 @@ def epoch_line(row, m=2):
         prec = pair_mean(row, "precision")
         selection = (f"taught mean {fraction(pair_mean(row, 'selected'))} | precision mean "
                      + (" -  " if prec is None else f"{prec:.2f}"))
-    return (f"epoch {row['epoch']:3d} | lr {row['lr']:.4f} | loss "
+    lr = f"{row['lr']:.4f}" if row["lr"] >= 1e-4 else f"{row['lr']:.0e}"  # T-revision's revision: 5e-07
+    return (f"epoch {row['epoch']:3d} | lr {lr} | loss "
             + " ".join(f"{x.upper()} {row[f'train_loss_{x}']:.3f}" for x in models)
             + f" | noise {noise} | chi {chi} | {selection} | test "
             + " ".join(f"{x.upper()} {row[f'test_acc_{x}']:.1f}" for x in models)

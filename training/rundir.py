@@ -285,10 +285,28 @@ def save_labels(out, rows):
         np.savez(f, **{k: r.detach().cpu().numpy() for k, r in zip(NAMES, rows)})
 
 
-def load_labels(src, noisy, m, num_classes):
+SAME_DATA = ("dataset", "image_size", "subset", "subset_seed", "val_split", "noise", "rate", "noise_key",
+             "synthetic_size", "synthetic_test_size", "synthetic_classes", "synthetic_shift", "synthetic_difficulty")
+
+
+def load_labels(src, noisy, m, num_classes, config):
     """--labels-from src: the labels src's relabelling run ended with (save_labels), as float32 rows (m, n, K), read
-    without pickles; RunError (one line) unless src trained on the same given labels noisy (n,) with m models."""
+    without pickles; RunError (one line) unless src is a run's folder that holds them, made with this run's data
+    settings (SAME_DATA, of config) and given labels noisy (n,), with m models."""
     path = os.path.join(src, LABELS)
+    if os.path.isfile(src):
+        raise RunError(f"--labels-from {src} is a file: give the folder of the --lc joint run that wrote it")
+    if not os.path.isfile(path):
+        raise RunError(f"--labels-from {src} holds no {LABELS}: give the folder of a finished --lc joint run")
+    try:
+        theirs = read_json(src, "config.json")
+    except (OSError, ValueError):
+        theirs = {}  # its labels and given labels are still checked below
+    differ = [k for k in SAME_DATA if k in theirs and theirs[k] != config.get(k)]
+    if differ:
+        raise RunError(f"--labels-from {src} was trained on other data: its --{differ[0].replace('_', '-')} was "
+                       f"{theirs[differ[0]]}, this run's is {config.get(differ[0])}; give the data and noise flags "
+                       f"as it had them")
     try:
         with np.load(path, allow_pickle=False) as f:
             rows = [f[k] for k in NAMES[:m]]

@@ -46,7 +46,7 @@ def write_cifar(root, n_train=20, n_test=10, seed=0):
     released Python 2 pickles. Their md5 sums are not the published ones, which the reader checks."""
     rng = np.random.default_rng(seed)
     folder = root / "cifar-100-python"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     sets = {}
     for split, n in (("train", n_train), ("test", n_test)):
         x = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
@@ -66,7 +66,7 @@ def write_cifar10(root, n_per_batch=8, n_test=10, seed=0):
     Protocol 2, the protocol of the released Python 2 pickles. Their md5 sums are not the published ones."""
     rng = np.random.default_rng(seed)
     folder = root / "cifar-10-batches-py"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     sets = {"train": ([], []), "test": ([], [])}
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     for name in names:
@@ -114,7 +114,7 @@ def write_idx(folder, n_train=20, n_test=8, side=28, gz=True, seed=0, images=Non
 def write_svhn(root, n_train=20, n_test=10, seed=0):
     """SVHN/{train,test}_32x32.mat as the published files hold them: X (32, 32, 3, N) uint8 and y (N, 1), 10 for the
     digit 0. Returns {split: (images (N, 3, 32, 32), digits)}. Their md5 sums are not published: publish_files."""
-    from scipy import io as sio  # as torchvision's SVHN reads them: only this dataset needs scipy
+    import scipy.io as sio  # as torchvision's SVHN reads them: only this dataset needs scipy
     rng = np.random.default_rng(seed)
     folder = root / "SVHN"
     folder.mkdir(parents=True)
@@ -139,7 +139,7 @@ def write_food101(tmp_path):
     test = {c: [f"{c}/{10 + i}"] for i, c in enumerate(classes)}
     for i, rel in enumerate(sum([*train.values(), *test.values()], [])):
         save_image(str(root / "images" / f"{rel}.jpg"), size=(30 + 7 * i, 40 - 3 * i))
-    (root / "meta").mkdir()
+    (root / "meta").mkdir(parents=True)
     (root / "meta" / "train.json").write_text(json.dumps(train))
     (root / "meta" / "test.json").write_text(json.dumps(test))
     (root / "meta" / "classes.txt").write_text("\n".join(classes) + "\n")
@@ -148,7 +148,7 @@ def write_food101(tmp_path):
 
 def write_webvision(root, with_imagenet=True):
     wnids = [f"n{i:08d}" for i in range(60)]
-    (root / "info").mkdir()
+    (root / "info").mkdir(parents=True)
     (root / "info" / "synsets.txt").write_text("".join(f"{w} class {i}, thing\n" for i, w in enumerate(wnids)))
     train = [("google/q0001/00000001.jpg", 0), ("google/q0001/00000002.jpg", 0), ("google/q0050/00000001.jpg", 49),
              ("google/q0051/00000001.jpg", 50), ("google/q0100/00000001.jpg", 99), ("google/q0002/00000001.jpg", 1)]
