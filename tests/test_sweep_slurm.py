@@ -193,3 +193,23 @@ def test_a_time_limit_must_hold_the_slowest_measured_epoch(tmp_path, capsys):
     rc, text, err = submit(capsys, *SMOKE, "--out", str(tmp_path), "--launcher", "slurm", "--slurm-time", "11",
                            "--dry-run")
     assert rc == 0 and text.count("python train.py") == 2, err
+
+
+def test_a_run_that_reads_another_is_submitted_once_that_one_has_finished(tmp_path, capsys, monkeypatch):
+    """Joint optimisation's second step (paper_tables.AFTER): the first call submits step 1 alone and shows step 2
+    queued; once step 1 has finished, the same command submits step 2, which reads step 1's labels."""
+    t = paper_tables.table("joint", "Joint, two steps", [], [
+        ("joint-1", "step 1", paper_tables.method("zero", "joint") + ["--joint-begin", "0.35"]),
+        ("joint", "step 2", paper_tables.method("zero", "ce") + ["--labels-from", paper_tables.AFTER + "joint-1"])],
+        [("pair20", "Pair 20%", ["--noise", "pair", "--rate", "0.2"], paper_tables.MEAN)], smoke_rows=None)
+    monkeypatch.setitem(paper_tables.PRESETS, "joint", [t])
+    out = str(tmp_path / "slurm")
+    rc, text, _ = submit(capsys, "joint", "--scale", "smoke", "--out", out, *SUBMIT, "--wait")
+    assert rc == 0 and text.count("submitted as job") == 1 and "starts once" in text, text
+    assert "| step 2 | queued" in read(os.path.join(out, "joint-smoke.md"))
+    rc, text, _ = submit(capsys, "joint", "--scale", "smoke", "--out", out, *SUBMIT, "--wait")
+    assert rc == 0 and text.count("submitted as job") == 1 and "skipped (summary.json exists)" in text, text
+    md = read(os.path.join(out, "joint-smoke.md"))
+    assert re.search(r"\| step 1 \| \d+\.\d\d", md) and re.search(r"\| step 2 \| \d+\.\d\d", md), md
+    step2 = json.load(open(os.path.join(out, "joint-smoke", "zero-ce-pair20-after-joint-1-s0", "config.json")))
+    assert step2["labels_from"].endswith("zero-joint-pair20-s0")
