@@ -69,7 +69,8 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None, given=None):
 
 def given_rows(y, k, m, given=None):
     """Each of m models' given labels as (N, K) rows: the one-hot of y (N,), or where the run has relabelled them
-    (label_correction.Correction.relabel: Joint optimisation; train.py --labels-from) each model's own, given (M, N, K)."""
+    (label_correction.Correction.relabel: Joint optimisation; train.py --labels-from) each model's own, given
+    (M, N, K)."""
     return [one_hot(y, k)] * m if given is None else list(given.unbind(0))
 
 

@@ -40,7 +40,6 @@ import torch
 import torch.distributed as dist
 
 import robust
-
 from label_correction import LABEL_CORRECTIONS, confidence_from_sum, revision_optimisers
 from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
 from training import datasets, graph, images, rundir, runfiles
@@ -216,7 +215,8 @@ def data_and_labels(args, run, setup):
         raise
     check_train_size(len(noisy), setup.world)
     realised = "-" if args.noise == "none" else f"{np.mean(noisy != train.labels):.3f}"  # none: unknown, or 0
-    setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise {realised}) " + " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
+    setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise {realised}) " +
+              " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     return d, train, tests, noisy
 
 
@@ -227,7 +227,9 @@ def stage(loop, epoch, d, train, args, setup):
       with from then on;
     - relabel: from the epoch its window starts, each model's last predictions (robust.joint_history), whose mean
       is the model's given labels from the epoch relabel names on (Joint optimisation).
-    Method.estimates holds either, and the checkpoint keeps it. Returns the loop, training from then on with them."""
+    Method.estimates holds either, and the checkpoint keeps it. And where the run revises (Correction.revise:
+    T-revision), from the revision's first epoch each model's slack and its Adam (revised; Method.slack, which the
+    checkpoint keeps too). Returns the loop, training from then on with them."""
     m, c = loop.method, LABEL_CORRECTIONS[loop.method.lc]
     if c.relabel is not None:
         return relabelled(loop, epoch, c.relabel(m, args.epochs), d, train, args, setup)
