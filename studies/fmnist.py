@@ -58,6 +58,7 @@ from typing import NamedTuple
 from studies import recipe
 from studies.recipe import RAW
 from tools import batched
+from tools.paper_tables import FMNIST_REGIME
 from tools.stats import fmt, interval, mean_std, paired
 from tools.sweep import diagnostics, early_stopped, print_commands
 from training import config, runfiles
@@ -67,9 +68,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian: apt-get install dataset-fashion-mnist
 
 # ---------------------------------------------------------------- the declaration
-BASE = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
-        "--weight-decay", "0", "--epochs", "80", "--milestones", "40,60", "--batch-size", "128", "--noise", "sym",
-        "--rate", "0.4"]
+BASE = [*FMNIST_REGIME, "--noise", "sym", "--rate", "0.4"]  # tools.sweep's --scale fmnist runs the same regime
 BASE_LR = 0.05
 SELECT_SEEDS, REPORT_SEEDS, CLEAN_SEEDS = (100, 101), (0, 1, 2, 3, 4), (0, 1)
 # lr in steps of sqrt(2); the demo's grid is LRS, the attribution's edge rule walks LADDER

@@ -4,13 +4,16 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tools import paper_tables, plot, stats, sweep
 from training import config
+from training.presets import preset
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
@@ -47,13 +50,47 @@ def test_smoke_sweep_writes_the_table_beside_the_paper(smoke):
     assert "seeds 2" in md and "CPU (" in md and "torch " in md
     assert re.search(r"`python -m tools.sweep table1 --scale smoke --seeds 2 --out \S+ --gpus 2`", md)
     assert len(re.findall(r"\| \d+\.\d\d ± \d+\.\d\d \(paper", md)) == 2  # the smoke grid: Zero/All x LS
-    assert md.count("not run (paper") == 14 and "not run (paper 69.09)" in md
+    assert md.count("not run (paper") == 2 and "| CMD-P | not run (paper 56.73) |" in md  # LS: the column it runs
+    assert "| | LS |\n" in md and "ProSelfLC" not in md  # a column the scale does not run is not shown
     accs = []
     for seed in (0, 1):
         with open(os.path.join(out, "table1-smoke", f"zero-ls-sym40-s{seed}", "summary.json")) as f:
             accs.append(json.load(f)["test_acc_mean"])
     mean, std = sum(accs) / 2, abs(accs[0] - accs[1]) / math.sqrt(2)  # sample std of two values
     assert f"| Zero | {mean:.2f} ± {std:.2f} (paper 51.53) |" in md
+
+
+def test_a_sigterm_stops_the_sweep_and_its_runs_at_their_checkpoints_in_one_line(tmp_path):
+    """kill PID of a sweep started in the background (nohup, &, where Ctrl-C is ignored): each running run stops
+    at its checkpoint, as train.py does on SIGTERM, rather than going on without it; the sweep says so in one line."""
+    out = str(tmp_path / "sweeps")
+    proc = subprocess.Popen([sys.executable, "-m", "tools.sweep", "table1", "--scale", "demo", "--out", out, "--jobs",
+                             "2"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as `nohup ... &`
+    logs = [os.path.join(out, "table1-demo", f"{m}-mylc-sym40-s0", "train.log") for m in ("zero", "all")]
+    deadline = time.time() + 240
+    while not all(os.path.exists(f) and re.search(r"^epoch +1 ", open(f).read(), re.M) for f in logs):
+        assert time.time() < deadline and proc.poll() is None, "the runs never reached epoch 1"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.splitlines() == [
+        "sweep.py: stopped by SIGTERM; run the same command again to continue (finished runs are skipped, the others "
+        "resume from their checkpoints; Slurm jobs go on and are not resubmitted)"], err
+    for log in logs:  # each run stopped itself at once, as on SIGTERM, and said where to resume
+        said = open(log.replace("train.log", "train.err")).read()
+        assert re.search(r"^train.py: stopped by SIGTERM .*checkpoint.pt holds epoch \d+; resume with: ", said,
+                         re.M), said
+        assert not os.path.exists(log.replace("train.log", "summary.json"))
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and out in read_cmdline(p)]  # no run left behind
+
+
+def read_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except OSError:  # gone meanwhile
+        return ""
 
 
 def test_a_second_sweep_skips_every_finished_run(smoke):
@@ -101,8 +138,7 @@ def test_cells_are_mean_and_sample_std_over_the_asked_seeds(tmp_path):
     fake_cell(tmp_path, t, "all", "mylc", 2, 54.0)  # seed 1 missing
     md = sweep.render("table1", "demo", 3, str(tmp_path), "header")
     # mean 63, sample std sqrt(26 / 2) = 3.61 (the population std, ddof=0, would be 2.94)
-    assert "| Zero | not run (paper 51.53) | not run (paper 50.06) | not run (paper 62.75) | " \
-           "63.00 ± 3.61 (paper 65.04) |" in md
+    assert "| Zero | 63.00 ± 3.61 (paper 65.04) |" in md  # the demo scale's column: MyLC
     assert "| 52.00 ± 2.83 (n=2) (paper 61.11) |" in md
     assert stats.mean_std([5.0]) == (5.0, None, 1)
 
@@ -134,14 +170,14 @@ def test_every_command_passes_train_py_checks(preset):
     for scale in paper_tables.SCALES:
         if preset in paper_tables.PAPER_SCALE_ONLY and scale != "paper":
             continue  # refused: test_cifar100n_runs_only_at_paper_scale
-        if preset in paper_tables.NOT_CPU_SCALES and scale not in ("paper", "smoke"):
+        if preset in paper_tables.NOT_CPU_SCALES and scale not in paper_tables.AUTHORS_SCALES:
             continue  # refused: test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_...
         todo = paper_tables.jobs(preset, scale, 2, "sweeps")
         assert len({j["dir"] for j in todo}) == len(todo)
         for job in todo:
             args = config.resolve(config.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
-            assert args.dataset == ("cifar100" if scale == "paper" else "synthetic")
-            small = {"demo": "mlp", "benign": "cnn", "smoke": "cnn"}
+            assert args.dataset == {"paper": "cifar100", "fmnist": "fashionmnist"}.get(scale, "synthetic")
+            small = {"demo": "mlp", "benign": "cnn", "smoke": "cnn", "fmnist": "mlp"}
             assert args.arch == ",".join([small[scale]] * args.peers) if scale in small else "cnn" not in args.arch
             assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")
 
@@ -185,8 +221,56 @@ def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside
     assert sweep.paper_of(t, "coteach+", "pair40") == 38.03 and sweep.paper_of(t, "gce", "sym40") == 57.97
     assert sweep.paper_of(t, "progressive-mylc", "sym40") == 64.30 and "jocor" not in t["paper"]
     assert sweep.paper_of(t, "cdr", "sym40") == 62.72 and sweep.paper_of(t, "joint", "pair20") == 67.35
-    with pytest.raises(ValueError, match="runs only at --scale paper or smoke"):
+    with pytest.raises(ValueError, match="runs only at --scale paper, fmnist, smoke"):
         paper_tables.jobs("table3", "demo", 1, "sweeps")
+
+
+def lr_at(epoch, schedule, decay=0.1):
+    """The lr in epoch `epoch` + 1 (train.py's epochs count from 1) as a power of the decay: milestones passed."""
+    return decay ** sum(epoch >= m for m in schedule[1])
+
+
+def test_the_table3_schedule_is_the_presets_and_same_point_keeps_the_phase_of_the_lr():
+    p = preset("cifar100", "resnet50")
+    assert paper_tables.R50_SCHEDULE == (p["epochs"], tuple(p["milestones"]))
+    src, dst = paper_tables.R50_SCHEDULE, paper_tables.schedule_of(paper_tables.FMNIST_FLAGS)
+    assert dst == (80, (40, 60))
+    moved = [paper_tables.same_point(e, src, dst) for e in range(src[0] + 1)]
+    assert moved[0] == 0 and moved[-1] == dst[0] and moved == sorted(moved)
+    for e, m in zip(src[1], dst[1]):  # a milestone to the milestone
+        assert paper_tables.same_point(e, src, dst) == m
+    for e, d in enumerate(moved):  # the stage begins at the same lr in both, in units of each run's first lr
+        assert lr_at(d, dst) == lr_at(e, src), e
+    with pytest.raises(ValueError):
+        paper_tables.same_point(201, src, dst)
+
+
+def test_table3_at_fmnist_scale_is_its_sym40_column_with_each_stage_at_the_same_point_of_the_lr():
+    todo = paper_tables.jobs("table3", "fmnist", 1, "sweeps")
+    by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
+    assert len(todo) == 17 and all("-sym40-" in n for n in by_name)
+    paper = {j["name"].replace("-resnet50", ""): config.resolve(config.get_args(j["argv"]))
+             for j in paper_tables.jobs("table3", "paper", 1, "sweeps")}
+    src, dst = paper_tables.R50_SCHEDULE, (80, (40, 60))
+    for name, a in by_name.items():
+        b = paper[name]
+        assert (a.dataset, a.arch, a.lr, a.epochs, a.milestones, a.noise, a.rate, a.mode, a.lc) == (
+            "fashionmnist", "mlp,mlp", 0.05, 80, [40, 60], "sym", 0.4, b.mode, b.lc), name
+        # each stage begins in the same phase of the lr as at paper scale, DMI's L_DMI after the second decay
+        assert lr_at(a.warmup, dst) == lr_at(b.warmup, src), name
+        assert lr_at(a.epochs - a.trevision_revise, dst) == lr_at(b.epochs - b.trevision_revise, src), name
+        if b.joint_begin != 0.35 or b.lc == "joint":  # a row that sets it
+            assert lr_at(round(a.joint_begin * a.epochs), dst) == lr_at(round(b.joint_begin * b.epochs), src)
+        assert a.coteach_plus_init == b.coteach_plus_init  # 4 epochs: the first phase is as long in both
+    t = paper_tables.PRESETS["table3"][0]  # each label says the stages its runs are given
+    assert [paper_tables.row_label(t, r, s) for r in ("dmi", "joint-1") for s in ("paper", "fmnist")] == [
+        "DMI (after 80 epochs of CE)", "DMI (after 60 epochs of CE)", "Joint, step 1 (relabelled from 0.35 of the run)",
+        "Joint, step 1 (relabelled from 0.6875 of the run)"]
+    assert paper_tables.row_label(t, "trevision", "fmnist").endswith("after 15 epochs of CE, reweighting, its ΔT in "
+                                                                     "the last 9)")
+    dmi, tr = by_name["zero-dmi-sym40-s0"], by_name["zero-trevision-sym40-s0"]
+    assert (dmi.warmup, tr.warmup, tr.trevision_revise, by_name["zero-joint-sym40-s0"].joint_begin) == (
+        60, 15, 9, 0.6875)
 
 
 def test_table3_at_smoke_scale_runs_every_row_beside_its_papers_number(tmp_path, capsys):
@@ -196,13 +280,27 @@ def test_table3_at_smoke_scale_runs_every_row_beside_its_papers_number(tmp_path,
     assert sweep.main(["table3", "--scale", "smoke", "--out", out, "--jobs", "2"]) == 0
     md = open(os.path.join(out, "table3-smoke.md")).read()
     t = sweep.PRESETS["table3"][0]
-    for row, label, _ in t["rows"]:
+    for row, _, _ in t["rows"]:
+        label = paper_tables.row_label(t, row, "smoke")
         line = next(ln for ln in md.splitlines() if ln.startswith(f"| {label} |"))
         cell = line.split(" | ")[1]
         assert re.match(r"\d+\.\d\d", cell), line  # trained
         assert (row not in t["paper"] and "paper" not in cell) or f"(paper {t['paper'][row][0]:.2f})" in cell, line
     for row, label, why in t["missing"]:
         assert f"| {label} ({why}) | – (paper {t['paper'][row][0]:.2f}) |" in md
+    # the paper's claim, its proposed row above every other: the paired difference of each seed's final accuracy
+    summary = lambda row: json.load(open(os.path.join(  # noqa: E731
+        out, "table3-smoke", paper_tables.run_name(paper_tables.cell_flags(t, row, "pair20", "smoke")) + "-s0",
+        "summary.json")))[paper_tables.MEAN]
+    lines = md.split("### Does CMD-P+MyLC beat every other row?")[1].split("###")[0].splitlines()
+    for row, _, _ in t["rows"]:
+        line = [ln for ln in lines if ln.startswith(f"| {paper_tables.row_label(t, row, 'smoke')} |")]
+        if row == t["proposed"]:
+            assert not line
+            continue
+        diff = summary(t["proposed"]) - summary(row)
+        assert line == [f"| {paper_tables.row_label(t, row, 'smoke')} | {diff:+.2f}, ahead in {int(diff > 0)}/1 |"]
+    assert "### Diagnostics" in md
 
 
 

@@ -3,13 +3,15 @@
 PAPER   -- the paper's numbers, transcribed from Tables 1-5 (Fig. 3 is an image: none)
 PRESETS -- each table's rows and columns as train.py flags; sweep.py runs them
 PAPER_SCALE_ONLY -- presets that need their real data, so run only at sweep.py's --scale paper
-NOT_CPU_SCALES -- presets whose rows carry their authors' settings: --scale paper, or smoke to check they run
+NOT_CPU_SCALES -- presets whose rows carry their authors' settings: --scale paper, fmnist (their stages moved to
+           the same points of its schedule), or smoke to check they run
 MEAN    -- the summary.json key the paper reports: the mean of the two models' final test accuracies
 
-SCALES  -- what each sweep.py --scale adds to every run (paper, demo, benign, smoke)
-grid, cell_flags, run_name, jobs, claim, same_run -- which cells a scale runs, a cell's train.py flags and
-           folder name, the command lines of a preset, a run's folder and flags kept before it starts, and
-           whether a finished folder ran with the same flags
+SCALES  -- what each sweep.py --scale adds to every run (paper, fmnist, demo, benign, smoke)
+same_point -- an epoch of one lr schedule at the same point of another (a stage's start at --scale fmnist)
+grid, cell_flags, row_label, run_name, jobs, claim, same_run -- which cells a scale runs, a cell's train.py flags,
+           a row's label at a scale and a cell's folder name, the command lines of a preset, a run's folder and
+           flags kept before it starts, and whether a finished folder ran with the same flags
 finished_job -- whether a job's run has finished (runfiles.state), said as skipped or, with other flags, failed
 
 A table is a dict: key, title, base flags, rows (key, label, flags), cols (key,
@@ -17,6 +19,7 @@ label, flags, the summary.json number a cell shows) and the paper's numbers.
 """
 import json
 import os
+import re
 
 from training import runfiles
 from training.errors import UserError
@@ -78,19 +81,22 @@ def sym(*pcts):
     return [(f"sym{p}", f"Sym {p}%", noise("sym", p), MEAN) for p in pcts]
 
 
-def table(key, title, base, rows, cols, missing=(), smoke_rows=2):
+def table(key, title, base, rows, cols, missing=(), smoke_rows=2, proposed=None, schedule=None):
     """A table: a cell (row, col) is one train.py run with flags base + row flags + col flags.
 
     rows: (key, label, flags). cols: (key, label, flags, the summary.json number a cell shows). missing: (key,
     label, why) of the paper's rows this project does not train, shown with the paper's numbers alone.
-    smoke_rows: how many rows --scale smoke runs (None: every row).
+    smoke_rows: how many rows --scale smoke runs (None: every row). proposed: the row of the paper's method, which
+    the table claims beats every other row (sweep.py pairs it with each). schedule: (epochs, milestones) of the
+    paper-scale runs, in whose epochs the rows' stages (STAGE_FLAGS) count.
     """
     return dict(key=key, title=title, base=base, rows=rows, cols=cols, paper=PAPER.get(key, {}), missing=missing,
-                smoke_rows=smoke_rows)
+                smoke_rows=smoke_rows, proposed=proposed, schedule=schedule)
 
 
 R34, PAIR = ["--arch", "resnet34"], ["--arch", "resnet18,shufflenetv2"]
 R50 = ["--arch", "resnet50"]  # Table 3; its preset row (training/config.py) is CDR's optimiser settings
+R50_SCHEDULE = (200, (40, 80))  # that row's epochs and milestones (training/presets.py; a test holds the two equal)
 PAIR_NOISE = [("pair20", "Pair 20%", noise("pair", 20), MEAN), ("pair40", "Pair 40%", noise("pair", 40), MEAN)]
 KNOWLEDGE = [("zero", "Zero"), ("all", "All"), ("static", "CMD-S"), ("progressive", "CMD-P")]
 # Fig. 3 gives no b values: these span chi falling (b < 0), constant (0) and rising (b > 0).
@@ -125,16 +131,17 @@ PRESETS = {
                       ("coteach+", "Co-teaching+", method("coteach+") + ["--coteach-plus-init", "4"]),
                       ("forward", "Forward (the true T)", method("zero", "forward")),
                       ("mentornet", "MentorNet PD (self-paced, no clean data)", method("zero", "mentornet")),
-                      ("dmi", "DMI (after 80 epochs of CE)", method("zero", "dmi") + ["--warmup", "80"]),
+                      ("dmi", "DMI (after {--warmup} epochs of CE)", method("zero", "dmi") + ["--warmup", "80"]),
                       ("apl", "APL (NCE+RCE)", method("zero", "apl")),
                       ("cdr", "CDR", method("zero", "cdr")),
-                      ("trevision", "T-revision (T̂ after 15 epochs of CE, reweighting, its ΔT in the last 50)",
+                      ("trevision", "T-revision (T̂ after {--warmup} epochs of CE, reweighting, its ΔT in the last "
+                                    "{--trevision-revise})",
                        method("zero", "trevision") + ["--warmup", "15", "--trevision-revise", "50"]),
                       ("proselflc", "ProSelfLC", method("zero", "proselflc")),
                       ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
                       ("mylc", "MyLC", method("zero", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc")),
-                      ("joint-1", "Joint, step 1 (relabelled from epoch 70 of 200)",
+                      ("joint-1", "Joint, step 1 (relabelled from {--joint-begin} of the run)",
                        method("zero", "joint") + ["--joint-begin", "0.35"]),
                       ("joint", "Joint (step 2: new networks on step 1's labels)",
                        method("zero", "ce") + ["--labels-from", AFTER + "joint-1"]),
@@ -142,7 +149,7 @@ PRESETS = {
                      [*PAIR_NOISE, *sym(20, 40)],
                      missing=[("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
                                              "rewarded on clean test labels (docs/training.md)")],
-                     smoke_rows=None)],
+                     smoke_rows=None, proposed="progressive-mylc", schedule=R50_SCHEDULE)],
     # Self KD rows train each model alone: zero knowledge. "Different" is one run of a ResNet18 (A)
     # beside a ShuffleNetV2 (B), so its two columns are that run's test_acc_a and test_acc_b.
     "table4": [table("table4", "Table 4: self KD and MKD methods on different and same architectures "
@@ -194,7 +201,8 @@ PAPER_SCALE_ONLY = {"cifar100n": "it trains on CIFAR-100 with the CIFAR-100N lab
 # only --scale paper, and smoke, which checks that every row runs.
 NOT_CPU_SCALES = {"table3": "its rows carry their authors' CIFAR-100 settings (Co-teaching+'s initial epochs, "
                             "JoCoR's λ, DMI's warm-up), which mean nothing on synthetic data; run it with --scale "
-                            "paper, or --scale smoke to check that every row runs"}
+                            "paper, --scale fmnist (real data), or --scale smoke to check that every row runs"}
+AUTHORS_SCALES = ("paper", "fmnist", "smoke")  # the scales NOT_CPU_SCALES's presets run at
 
 
 # ---------------------------------------------------------------- scales
@@ -213,7 +221,16 @@ BENIGN_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "
                 "--synthetic-difficulty", "1.0", "--epochs", "36", "--milestones", "24,32", "--device", "cpu"]
 SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--synthetic-size", "128",
                "--synthetic-test-size", "64", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu"]
-SCALES = {"paper": ["--dataset", "cifar100"], "demo": DEMO_FLAGS, "benign": BENIGN_FLAGS, "smoke": SMOKE_FLAGS}
+# fmnist: real data where the pair memorises its noisy labels, minutes a run on a CPU: the regime of studies/fmnist.py,
+# fixed from zero knowledge before any CMD row ran (docs/fmnist-regime.md): a fixed 8,000 of Fashion-MNIST's training
+# images (--subset-seed 0), a clean 10% of them kept for validation, the mlp, no augmentation, no weight decay, 80
+# epochs at lr 0.05 divided by 10 at 40 and 60 (zero knowledge memorises 0.82 of the noisy labels there at 40%).
+# Only each table's Sym 40% column runs. Fashion-MNIST's files: train.py's --data-dir (after --), else downloaded.
+FMNIST_REGIME = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
+                 "--weight-decay", "0", "--epochs", "80", "--milestones", "40,60", "--batch-size", "128"]
+FMNIST_FLAGS = ["--dataset", "fashionmnist", *FMNIST_REGIME, "--lr", "0.05"]
+SCALES = {"paper": ["--dataset", "cifar100"], "fmnist": FMNIST_FLAGS, "demo": DEMO_FLAGS, "benign": BENIGN_FLAGS,
+          "smoke": SMOKE_FLAGS}
 # Cells the CPU scales run, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
 DEMO_GRID = {"table1": (None, ["mylc"]), "table2": (None, ["sym40"])}
 
@@ -224,6 +241,8 @@ def grid(t, scale):
     rows, cols = [r[0] for r in t["rows"]], [c[0] for c in t["cols"]]
     if scale == "smoke":
         rows, cols = rows[:t["smoke_rows"]], cols[:1]
+    elif scale == "fmnist":
+        cols = [c for c in cols if c == "sym40"] or cols
     elif scale in ("demo", "benign"):
         want_rows, want_cols = DEMO_GRID.get(t["key"], (None, None))
         rows, cols = want_rows or rows, want_cols or cols
@@ -232,6 +251,50 @@ def grid(t, scale):
 
 STAGES = {"--warmup": "1", "--trevision-revise": "1", "--joint-begin": None}  # a row's stages: at smoke scale each
 SMOKE_STAGED = "3"  # gets one epoch of its own (None: a fraction, kept), in runs of 3 epochs, so that each one runs
+# How each stage flag counts: epochs from the start, the last epochs, or a fraction of the run. At --scale fmnist
+# each moves to the same point of the scale's schedule (same_point), so that a stage starts in the same phase
+# of the lr as it does at paper scale: DMI's L_DMI after the second lr decay, T-revision's T̂ early on.
+STAGE_FLAGS = {"--warmup": "first", "--coteach-plus-init": "first", "--trevision-revise": "last",
+               "--joint-begin": "fraction"}
+
+
+def schedule_of(flags):
+    """(epochs, milestones) that train.py flags set."""
+    f = dict(zip(flags[::2], flags[1::2]))
+    return int(f["--epochs"]), tuple(int(m) for m in f["--milestones"].split(","))
+
+
+def same_point(epoch, src, dst):
+    """Epoch `epoch` of schedule src, (epochs, milestones), at the same point of dst: in the same phase of the lr
+    (between the same two milestones) and at the same fraction of that phase, rounded down so that it stays in the
+    phase. src and dst have as many milestones. A milestone goes to the milestone, the end to the end."""
+    a, b = (0, *src[1], src[0]), (0, *dst[1], dst[0])
+    if len(a) != len(b) or not 0 <= epoch <= src[0]:
+        raise ValueError(f"epoch {epoch} of {src} has no same point in {dst}")
+    k = next((k for k in range(len(a) - 1) if epoch < a[k + 1]), len(a) - 2)  # the end: the last phase's
+    return b[k] + (epoch - a[k]) * (b[k + 1] - b[k]) // (a[k + 1] - a[k])
+
+
+def moved_stages(flags, src, dst):
+    """flags with each STAGE_FLAGS value moved from schedule src to the same point of dst."""
+    out = list(flags)
+    for i in range(len(out) - 1):
+        how = STAGE_FLAGS.get(out[i])
+        if how == "first":
+            out[i + 1] = str(same_point(int(out[i + 1]), src, dst))
+        elif how == "last":
+            out[i + 1] = str(dst[0] - same_point(src[0] - int(out[i + 1]), src, dst))
+        elif how == "fraction":
+            out[i + 1] = f"{same_point(round(float(out[i + 1]) * src[0]), src, dst) / dst[0]:g}"
+    return out
+
+
+def row_label(t, row, scale):
+    """A row's label at this scale: each {--flag} in it the value the row's runs are given (a stage moves with the
+    scale: DMI "after {--warmup} epochs of CE" reads 80 at paper scale, 60 at fmnist)."""
+    flags = cell_flags(t, row, grid(t, scale)[0][1], scale)
+    given = dict(zip(flags[::2], flags[1::2]))
+    return re.sub(r"\{(--[a-z-]+)\}", lambda m: given[m.group(1)], dict((r[0], r[1]) for r in t["rows"])[row])
 
 
 def run_key(scale, flags, seed):
@@ -252,6 +315,8 @@ def cell_flags(t, row, col, scale):
     if scale == "smoke" and any(f in STAGES for f in flags):
         flags = [STAGES.get(flags[i - 1]) or f if i and flags[i - 1] in STAGES else f for i, f in enumerate(flags)]
         flags += ["--epochs", SMOKE_STAGED]
+    if scale == "fmnist" and t["schedule"]:
+        flags = moved_stages(flags, t["schedule"], schedule_of(FMNIST_FLAGS))
     return flags
 
 
@@ -284,8 +349,8 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
     of PAPER_SCALE_ONLY below paper scale."""
     if scale != "paper" and preset in PAPER_SCALE_ONLY:
         raise UserError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
-    if scale not in ("paper", "smoke") and preset in NOT_CPU_SCALES:
-        raise UserError(f"preset {preset} runs only at --scale paper or smoke: {NOT_CPU_SCALES[preset]}")
+    if scale not in AUTHORS_SCALES and preset in NOT_CPU_SCALES:
+        raise UserError(f"preset {preset} runs only at --scale {', '.join(AUTHORS_SCALES)}: {NOT_CPU_SCALES[preset]}")
     out, seen = [], set()
     for seed in range(seeds):  # seed 0 of every cell first: a sweep cut short still fills the table
         for t in PRESETS[preset]:

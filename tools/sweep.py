@@ -3,12 +3,13 @@
     python -m tools.sweep table1 --scale demo --seeds 3      # CPU: CMD-S/P vs zero/all knowledge, 12 runs
     python -m tools.sweep table2 --scale paper --gpus 4      # CIFAR-100 + ResNet34, four runs at a time
     python -m tools.sweep fig3 --scale smoke --dry-run       # only print the train.py commands
+    python -m tools.sweep table3 --scale fmnist --seeds 5 --jobs 2 -- --data-dir /usr/share/datasets/fashion-mnist
     python -m tools.sweep table1 --scale paper -- --data-dir /data   # flags after -- go to every train.py
     python -m tools.sweep table2 --scale paper --launcher slurm --slurm-partition gpu --slurm-time 240
 
 Presets: table1 (knowledge x label correction), table2 (noise types and rates), table4 (self KD and
-MKD baselines, two architectures), table3 (CMD-P against CE, GCE, Co-teaching, Co-teaching+ and JoCoR,
-ResNet50, paper scale only), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
+MKD baselines, two architectures), table3 (CMD-P against every method of the paper's Table 3 but S2E,
+ResNet50: at paper, fmnist or smoke scale), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
 beyond the paper, demo (the CPU demonstration of the mechanism) and cifar100n (zero knowledge and
 CMD-P under CIFAR-100N's human labels, paper scale only).
 Each run is a subprocess `train.py ...` writing DIR/<preset>-<scale>/<run>-s<seed>/, with --resume
@@ -41,11 +42,11 @@ import time
 import warnings
 
 from tools import slurm
-from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, jobs, run_key,
-                                run_name, same_run)
-from tools.stats import mean_std
+from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, grid, jobs,
+                                row_label, run_key, run_name, same_run)
+from tools.stats import mean_std, paired
 from training import runfiles
-from training.errors import Parser, UserError, one_line
+from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
@@ -92,9 +93,9 @@ def run_jobs(todo, gpus=0, jobs=1):
                     lines = [ln.strip() for ln in f if ln.strip()]
                 failed[r["job"]["name"]] = lines[-1] if lines else f"exit code {r['proc'].returncode}"
                 print(f"{head}: FAILED: {failed[r['job']['name']]} (log: {r['err'].name})", flush=True)
-    except BaseException:  # Ctrl-C, a full disk: each run stops at its checkpoint as on Ctrl-C; a next sweep resumes it
-        for r in running.values():
-            r["proc"].send_signal(signal.SIGINT)
+    except BaseException as e:  # Ctrl-C, SIGTERM, a full disk: each run stops at its checkpoint as on the same signal
+        for r in running.values():  # (SIGINT but for SIGTERM); a next sweep resumes it
+            r["proc"].send_signal(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
         for r in running.values():
             try:
                 r["proc"].wait(timeout=60)
@@ -125,11 +126,11 @@ def start(i, job, env):
 
 # ---------------------------------------------------------------- tables
 def finished_runs(t, row, col, scale, seeds, sweep_dir):
-    """The run folders of one cell that finished (runfiles.state) and ran with this scale's flags."""
+    """{seed: run folder} of one cell's runs that finished (runfiles.state) and ran with this scale's flags."""
     flags = cell_flags(t, row, col, scale)
-    dirs = [os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}") for seed in range(seeds)]
-    return [d for seed, d in enumerate(dirs) if runfiles.state(d) == runfiles.FINISHED
-            and same_run(d, run_key(scale, flags, seed))]
+    dirs = {seed: os.path.join(sweep_dir, f"{run_name(flags)}-s{seed}") for seed in range(seeds)}
+    return {seed: d for seed, d in dirs.items() if runfiles.state(d) == runfiles.FINISHED
+            and same_run(d, run_key(scale, flags, seed))}
 
 
 def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
@@ -140,7 +141,7 @@ def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
     for row in t["rows"]:
         for col in t["cols"]:
             values = []
-            for d in finished_runs(t, row[0], col[0], scale, seeds, sweep_dir):
+            for d in finished_runs(t, row[0], col[0], scale, seeds, sweep_dir).values():
                 with open(os.path.join(d, "summary.json")) as f:
                     values.append(json.load(f)[col[3]])
             names = [f"{run_name(cell_flags(t, row[0], col[0], scale))}-s{seed}" for seed in range(seeds)]
@@ -164,10 +165,14 @@ def print_commands(argvs):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def metrics_rows(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
 def run_diagnostics(d):
     """What one run's metrics.jsonl says about memorisation and selection: diagnostics of its rows."""
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        return diagnostics([json.loads(line) for line in f])
+    return diagnostics(metrics_rows(d))
 
 
 def diagnostics(rows):
@@ -201,12 +206,13 @@ DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - fin
 def render_diagnostics(t, scale, seeds, sweep_dir):
     """Per row, mean ± std over seeds of run_diagnostics; and whether the demo's preconditions hold on zero
     knowledge: at least 30% of the noisy labels memorised at the end, final accuracy below the best epoch."""
-    col = t["cols"][0][0]
+    col = grid(t, scale)[0][1]
     lines = ["### Diagnostics (means over epochs and over A and B; mean ± std over seeds)", "",
              "| | " + " | ".join(label for _, label, _ in DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
     got = {}
-    for row, label, _ in t["rows"]:
-        runs = [run_diagnostics(d) for d in finished_runs(t, row, col, scale, seeds, sweep_dir)]
+    for row, _, _ in t["rows"]:
+        label = row_label(t, row, scale)
+        runs = [run_diagnostics(d) for d in finished_runs(t, row, col, scale, seeds, sweep_dir).values()]
         if not runs:
             continue
         got[row] = {k: mean_std([r[k] for r in runs if r[k] is not None] or [math.nan]) for k, _, _ in DIAGNOSTICS}
@@ -223,7 +229,7 @@ def render_diagnostics(t, scale, seeds, sweep_dir):
         for r in zero:
             mem, drop = got[r]["memorized"], got[r]["drop"]
             holds = mem[0] >= 0.3 and drop[0] > 2 * (drop[1] or 0) and drop[0] >= 1
-            lines.append(f"- {dict((k, lab) for k, lab, _ in t['rows'])[r]}: memorised {mem[0]:.2f}, "
+            lines.append(f"- {row_label(t, r, scale)}: memorised {mem[0]:.2f}, "
                          f"best - final {drop[0]:.1f} points: {'hold' if holds else 'do not hold'}")
     return lines + [""]
 
@@ -241,21 +247,28 @@ def paper_of(t, row, col):
     return None if values is None else values[[c[0] for c in t["cols"]].index(col)]
 
 
-def render_table(t, cells, seeds):
-    lines = [f"## {t['title']}", "", "| | " + " | ".join(c[1] for c in t["cols"]) + " |",
-             "|---" * (len(t["cols"]) + 1) + "|"]
-    for row, label, _ in t["rows"]:
+def scale_cols(t, scale):
+    """The columns of t that this scale runs, in the table's order."""
+    return [c for c in t["cols"] if c[0] in {col for _, col in grid(t, scale)}]
+
+
+def render_table(t, cells, seeds, scale="paper"):
+    """The table's columns that this scale runs, each cell beside the paper's number."""
+    cols = scale_cols(t, scale)
+    lines = [f"## {t['title']}", "", "| | " + " | ".join(c[1] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for row, _, _ in t["rows"]:
+        label = row_label(t, row, scale)
         out = []
-        for col in t["cols"]:
+        for col in cols:
             p = paper_of(t, row, col[0])
             out.append((fmt(cells[row, col[0]], seeds) if (row, col[0]) in cells else "not run")
                        + ("" if p is None else f" (paper {p:.2f})"))
         lines.append(f"| {label} | " + " | ".join(out) + " |")
     for row, label, why in t["missing"]:  # the paper's rows not trained here: their numbers, and why
         lines.append(f"| {label} ({why}) | " + " | ".join(
-            "–" if paper_of(t, row, c[0]) is None else f"– (paper {paper_of(t, row, c[0]):.2f})" for c in t["cols"])
+            "–" if paper_of(t, row, c[0]) is None else f"– (paper {paper_of(t, row, c[0]):.2f})" for c in cols)
                      + " |")
-    keys = sorted({c[3] for c in t["cols"]})
+    keys = sorted({c[3] for c in cols})
     what = f"mean ± sample std (ddof=1) over {seeds} seeds" if seeds > 1 else "one seed"
     short = [v[2] for v in cells.values() if not isinstance(v, str) and v[2] < seeds]  # the cells fmt marks (n=k)
     note = ""
@@ -266,6 +279,28 @@ def render_table(t, cells, seeds):
                 f"{'the cell' if len(short) == 1 else f'the {len(short)} cells'} where only "
                 f"{join([str(k) for k in ks], 'or')} of the {seeds} seeds finished.")
     return lines + ["", f"Cell: `{'`, `'.join(keys)}` of summary.json (final test accuracy, %), {what}.{note}", ""]
+
+
+def render_paired(t, scale, seeds, sweep_dir):
+    """The table's claim, that its proposed row beats every other: per column the scale runs, the proposed row's
+    final test accuracy minus each other row's, paired by seed (tools.stats.paired)."""
+    cols = scale_cols(t, scale)
+    label = {r[0]: row_label(t, r[0], scale) for r in t["rows"]}
+    p = t["proposed"]
+    runs = {(row, col[0]): {s: metrics_rows(d) for s, d in finished_runs(t, row, col[0], scale, seeds,
+                                                                          sweep_dir).items()}
+            for row in label for col in cols}
+    lines = [f"### Does {label[p]} beat every other row?", "",
+             f"{label[p]} − the row: the mean of the per-seed differences of final test accuracy (`{MEAN}`, "
+             f"points), its 95% t-interval, **win** where the interval is above 0; then the seeds where "
+             f"{label[p]} is ahead.", "",
+             "| | " + " | ".join(c[1] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for row in label:
+        if row != p:
+            lines.append(f"| {label[row]} | " + " | ".join(
+                "{}, ahead in {}".format(*paired(runs[p, c[0]], runs[row, c[0]])) if runs[p, c[0]] else "–"
+                for c in cols) + " |")
+    return lines + [""]
 
 
 def knowledge_verdicts(t, cells):
@@ -304,15 +339,22 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None, waiting=None):
     """The whole markdown file: header, one table per subtable, Table 1's verdicts, failed runs."""
     lines = [f"# {preset} at {scale} scale", "", header, "",
              f"train.py flags of every run at this scale: `{shlex.join(SCALES[scale])}`" +
-             ("" if scale == "paper" else "; synthetic data and every network the scale's small one (Table 4's "
-                                          "columns are then one pair's A, B and mean), so the measured numbers "
-                                          "are not comparable to the paper's, only their order is"), ""]
+             {"paper": "", "fmnist": "; Fashion-MNIST's real images and labels, and every network the scale's mlp "
+                                     "(Table 4's columns are then one pair's A, B and mean), every row at the same "
+                                     "lr, a stage (a warm-up, a revision) at the same point of this schedule as at "
+                                     "paper scale (paper_tables.same_point): the measured numbers are not "
+                                     "comparable to the paper's, only their order is"}.get(
+                 scale, "; synthetic data and every network the scale's small one (Table 4's columns are then one "
+                        "pair's A, B and mean), so the measured numbers are not comparable to the paper's, only "
+                        "their order is"), ""]
     for t in PRESETS[preset]:
         cells = load_cells(t, scale, seeds, sweep_dir, failed or (), waiting)
-        lines += render_table(t, cells, seeds)
+        lines += render_table(t, cells, seeds, scale)
         if t["key"] == "table1":
             lines += knowledge_verdicts(t, cells)
-        if t["key"] == "demo":
+        if t["proposed"]:
+            lines += render_paired(t, scale, seeds, sweep_dir)
+        if t["key"] == "demo" or t["proposed"]:
             lines += render_diagnostics(t, scale, seeds, sweep_dir)
     if failed:
         lines += ["## Failed runs", ""] + [f"- `{k}`: {v}" for k, v in sorted(failed.items())] + [""]
@@ -365,9 +407,11 @@ def main(argv=None, cluster="slurm"):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("preset", choices=sorted(PRESETS))
     p.add_argument("--scale", choices=tuple(SCALES), default="paper",
-                   help="paper: CIFAR-100 and the paper's networks (GPU); demo: synthetic data where an mlp "
-                        "memorises the noisy labels, minutes on a CPU; benign: synthetic data where a cnn does "
-                        "not, and noise does little harm; smoke: seconds, for tests (default: paper)")
+                   help="paper: CIFAR-100 and the paper's networks (GPU); fmnist: Fashion-MNIST (real data) and "
+                        "an mlp pair that memorises the noisy labels, 2 minutes a run on a CPU core, each table's "
+                        "Sym 40%% column; demo: synthetic data where an mlp memorises the noisy labels, minutes on a "
+                        "CPU; benign: synthetic data where a cnn does not, and noise does little harm; smoke: "
+                        "seconds, for tests (default: paper)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1; cells show mean ± sample std")
     p.add_argument("--out", default="sweeps", metavar="DIR",
                    help="runs go in DIR/<preset>-<scale>/, the table in DIR/<preset>-<scale>.md")
@@ -428,4 +472,5 @@ def main(argv=None, cluster="slurm"):
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()  # a sweep in the background (nohup, &) ignores Ctrl-C: SIGTERM stops it and its runs alike
     sys.exit(main())
