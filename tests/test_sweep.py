@@ -1,5 +1,6 @@
 """sweep.py and plot.py: a smoke sweep end to end, resuming, a failing run, the table maths, the plots."""
 import glob
+import gzip
 import json
 import math
 import os
@@ -58,6 +59,37 @@ def test_smoke_sweep_writes_the_table_beside_the_paper(smoke):
             accs.append(json.load(f)["test_acc_mean"])
     mean, std = sum(accs) / 2, abs(accs[0] - accs[1]) / math.sqrt(2)  # sample std of two values
     assert f"| Zero | {mean:.2f} ± {std:.2f} (paper 51.53) |" in md
+
+
+def test_packed_runs_render_the_same_table_and_only_runs_with_the_grids_flags_enter_it(smoke, tmp_path):
+    out, _ = smoke
+    raw = str(tmp_path / "raw" / "runs.jsonl.gz")
+    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", out, "--pack", raw)
+    assert res.returncode == 0 and res.stdout.splitlines()[-1].endswith(f"; packed 4 runs into {raw} (it holds 4)")
+    runs = sweep.read_raw(raw)
+    assert {r["name"] for r in runs} == {f"{m}-ls-sym40-s{s}" for m in ("zero", "all") for s in (0, 1)}
+    one = next(r for r in runs if r["name"] == "zero-ls-sym40-s1")
+    d = os.path.join(out, "table1-smoke", "zero-ls-sym40-s1")
+    assert one["summary"] == json.load(open(os.path.join(d, "summary.json")))
+    assert one["rows"] == [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
+    assert one["provenance"]["torch"] and one["key"] == json.load(open(os.path.join(d, "sweep.json")))
+    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", str(tmp_path / "again"), "--from", raw)
+    assert res.returncode == 0, res.stderr
+    body = lambda path: open(path).read().split("\n", 3)[3]  # noqa: E731 (below the header)
+    assert body(os.path.join(tmp_path, "again", "table1-smoke.md")) == body(os.path.join(out, "table1-smoke.md"))
+    assert "the runs of " + raw in open(os.path.join(tmp_path, "again", "table1-smoke.md")).read()
+    other = [dict(r, key=[v if v != "ls" else "cp" for v in r["key"]]) if r["name"].startswith("zero") else r
+             for r in runs]  # zero knowledge's runs as if trained with other flags: they leave the table
+    with gzip.open(raw, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in other)
+    res = cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", str(tmp_path / "other"), "--from", raw)
+    md = open(os.path.join(tmp_path, "other", "table1-smoke.md")).read()
+    assert res.returncode == 0 and "| Zero | not run (paper 51.53) |" in md and "2 on " in md
+    for bad, line in ((str(tmp_path / "none.gz"), "no such file"), (os.path.join(out, "table1-smoke.md"),
+                                                                   "not raw data that --pack wrote")):
+        res = cli("sweep.py", "table1", "--scale", "smoke", "--out", str(tmp_path / "bad"), "--from", bad)
+        assert res.returncode == 2 and line in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
+        assert not (tmp_path / "bad").exists()
 
 
 def test_a_sigterm_stops_the_sweep_and_its_runs_at_their_checkpoints_in_one_line(tmp_path):

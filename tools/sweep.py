@@ -30,6 +30,7 @@ paper_tables.py.
 """
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import math
@@ -38,6 +39,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -122,6 +124,55 @@ def start(i, job, env):
     argv = job["argv"] + (["--resume"] if started else [])
     proc = subprocess.Popen([sys.executable, TRAIN, *argv], stdout=log, stderr=err, env={**os.environ, **env})
     return dict(i=i, job=job, proc=proc, log=log, err=err, err_at=err.tell(), t0=time.time())
+
+
+# ---------------------------------------------------------------- raw data
+def pack(todo, path):
+    """Every finished run of todo into the raw data at path, one JSON line per run, gzipped: its name, key (the
+    flags that make it what it is), summary, rows (metrics.jsonl) and provenance (config.json's); a run of the same
+    name already there is replaced. Returns (runs packed, how many the file holds)."""
+    lines = {r["name"]: r for r in read_raw(path)}
+    new = [dict(name=j["name"], key=j["key"], summary=runfiles.read_json(j["dir"], "summary.json"),
+                rows=metrics_rows(j["dir"]), provenance=runfiles.read_json(j["dir"], "config.json").get("provenance"))
+           for j in todo if runfiles.state(j["dir"]) == runfiles.FINISHED and same_run(j["dir"], j["key"])]
+    lines.update((r["name"], r) for r in new)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with runfiles.replacing(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as z:
+        z.write("".join(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines)).encode())
+    return len(new), len(lines)
+
+
+def read_raw(path):
+    """The runs packed at path ([] where there is no file yet)."""
+    if not os.path.exists(path):
+        return []
+    try:
+        with gzip.open(path, "rt") as f:
+            return [json.loads(line) for line in f]
+    except (OSError, EOFError, ValueError) as e:
+        raise UserError(f"{path}: not raw data that --pack wrote ({type(e).__name__}); give the runs.jsonl.gz "
+                        f"a sweep packed") from None
+
+
+def unpack(runs, sweep_dir):
+    """Packed runs as finished run folders under sweep_dir: the files render reads."""
+    for r in runs:
+        d = os.path.join(sweep_dir, r["name"])
+        os.makedirs(d)
+        for name, obj in (("sweep.json", r["key"]), ("summary.json", r["summary"])):
+            runfiles.write_json(d, name, obj)
+        with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in r["rows"])
+
+
+def where(runs):
+    """Where packed runs ran: 'n on DEVICE, torch V', per device and torch version."""
+    counts = {}
+    for r in runs:
+        p = r.get("provenance") or {}
+        key = f"{p.get('device_name', 'an unknown device')}, torch {p.get('torch', '?')}"
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{n} on {k}" for k, n in sorted(counts.items()))
 
 
 # ---------------------------------------------------------------- tables
@@ -419,6 +470,10 @@ def main(argv=None, cluster="slurm"):
     p.add_argument("--jobs", type=int, default=1, help="without --gpus: run N at a time on the CPU, each with "
                                                         "an equal share of the cores")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
+    p.add_argument("--pack", metavar="FILE", help="after the runs, every finished run's numbers into FILE (gzipped JSON "
+                                                  "lines: flags, metrics, summary, provenance), to keep or share")
+    p.add_argument("--from", dest="raw", metavar="FILE", help="run nothing: the table from the runs --pack wrote "
+                                                              "into FILE")
     p.add_argument("--launcher", choices=("local", "slurm"), default="local",
                    help="local: run here (--gpus, --jobs); slurm: submit each run as a Slurm job through submitit "
                         "(--slurm-*; tools/slurm.py) (default: local)")
@@ -430,6 +485,8 @@ def main(argv=None, cluster="slurm"):
     sweep_dir = os.path.join(args.out, f"{args.preset}-{args.scale}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file; give a directory for the sweeps")
+    if args.raw:
+        return from_raw(args, argv, sweep_dir)
     todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)  # bad input: one line, before any write
     slurm.check(args, todo, cluster)  # before check_flags imports torch
     check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
@@ -465,10 +522,42 @@ def main(argv=None, cluster="slurm"):
             f.write(render(args.preset, args.scale, args.seeds, sweep_dir, header, failed, waiting))
     except runfiles.WriteError as e:
         raise kept_going(e, sweep_dir) from None
+    packed = ""
+    if args.pack:
+        try:
+            n, total = pack(todo, args.pack)
+        except runfiles.WriteError as e:
+            raise kept_going(e, sweep_dir) from None
+        packed = f"; packed {n} runs into {args.pack} (it holds {total})"
     print(f"{len(todo)} runs, {len(failed)} failed" + (f", {len(waiting)} queued or running (the same command "
                                                        f"again, or with --wait, writes them in)" if waiting else "") +
-          f"; table: {path}")
+          f"; table: {path}{packed}")
     return 1 if failed else 0
+
+
+def from_raw(args, argv, sweep_dir):
+    """--from FILE: the table of FILE's runs (those of the grid, with its flags), to where the sweep writes it."""
+    if not os.path.isfile(args.raw):
+        raise UserError(f"--from {args.raw}: no such file; give the file a sweep's --pack wrote")
+    runs = read_raw(args.raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, os.path.basename(sweep_dir))
+        unpack(runs, folder)
+        todo = jobs(args.preset, args.scale, args.seeds, folder)
+        grid_keys = {j["name"]: j["key"] for j in todo}  # a run packed with other flags is not the grid's
+        got = [r for r in runs if r["name"] in grid_keys and same_run(os.path.join(folder, r["name"]),
+                                                                        grid_keys[r["name"]])]
+        trained = sum(r["summary"].get("seconds", 0) for r in got)
+        header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | the runs of {args.raw}: "
+                  f"{where(got) or 'none of the grid'} | {trained:.0f}s of training in all runs | "
+                  f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")
+        text = render(args.preset, args.scale, args.seeds, folder, header)
+    path = sweep_dir + ".md"
+    os.makedirs(args.out, exist_ok=True)
+    with runfiles.replacing(path) as f:
+        f.write(text)
+    print(f"{len(got)} of the {len(todo)} runs from {args.raw}; table: {path}")
+    return 0
 
 
 if __name__ == "__main__":
