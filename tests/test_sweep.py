@@ -92,6 +92,70 @@ def test_packed_runs_render_the_same_table_and_only_runs_with_the_grids_flags_en
         assert not (tmp_path / "bad").exists()
 
 
+def refused(capsys, *argv):
+    """sweep.main(argv) in this process: its one line on stderr, after exit code 2."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        sweep.main(list(argv))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def test_a_pack_that_is_not_one_is_refused_in_one_line_and_nothing_is_written_outside_the_table(smoke, tmp_path,
+                                                                                                 capsys):
+    out, _ = smoke
+    raw = str(tmp_path / "runs.jsonl.gz")
+    sweep.pack(paper_tables.jobs("table1", "smoke", 2, os.path.join(out, "table1-smoke")), raw)
+    good = sweep.read_raw(raw)
+    outside = tmp_path / "outside"
+
+    def packed(*runs):
+        with gzip.open(raw, "wt") as f:
+            f.writelines(json.dumps(r) + "\n" for r in runs)
+        return raw
+    again = ["table1", "--scale", "smoke", "--seeds", "2", "--out", str(tmp_path / "t")]
+    for name in (str(outside), "../outside", "..", "", "a/b"):  # a name is a folder's, never a path
+        assert "line 2 is not a run as --pack writes it" in refused(capsys, *again, "--from", packed(
+            good[0], dict(good[1], name=name)))
+    for bad in ({"a": 1}, [1, 2], dict(good[0], summary=5), dict(good[0], rows=[1])):
+        assert "line 1 is not a run as --pack writes it" in refused(capsys, *again, "--from", packed(bad))
+    assert not outside.exists() and not (tmp_path / "t").exists()
+    assert "lack numbers the table reads" in refused(capsys, *again, "--from", packed(
+        *good, dict(good[0], summary=dict(good[0]["summary"], test_acc_mean="high"))))
+    # packs joined by cat: of two runs of one name, the later; the table is then the same as the sweep's
+    first = [dict(r, summary=dict(r["summary"], test_acc_mean=0.0)) for r in good]
+    with open(raw, "wb") as f:
+        for runs in (first, good):
+            f.write(gzip.compress("".join(json.dumps(r) + "\n" for r in runs).encode()))
+    assert sweep.main(again + ["--from", raw]) == 0
+    body = lambda path: open(path).read().split("\n", 3)[3]  # noqa: E731
+    assert body(tmp_path / "t" / "table1-smoke.md") == body(os.path.join(out, "table1-smoke.md"))
+    for flags, line in ((["--from", raw, "--dry-run"], "--from runs nothing: leave out --dry-run"),
+                        (["--from", raw, "--pack", raw], "--from runs nothing and packs nothing: leave out --pack"),
+                        (["--from", str(tmp_path)], f"{tmp_path} is a folder; give the file a sweep's --pack wrote"),
+                        (["--seeds", "1", "--from", packed(*[r for r in good if r["name"].endswith("s1")])],
+                         "none of its 2 runs is one of table1 at --scale smoke with seeds 0..0")):
+        assert line in refused(capsys, "table1", "--scale", "smoke", "--out", str(tmp_path / "u"), *flags)
+    assert not (tmp_path / "u").exists()
+
+
+def test_a_pack_or_data_that_cannot_be_had_stops_the_sweep_before_its_first_run(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    notes = tmp_path / "notes.gz"
+    notes.write_text("not a pack")
+    for pack, line in ((str(tmp_path / "file" / "runs.gz"), f"--pack {tmp_path / 'file' / 'runs.gz'}: no file can "
+                                                            f"be written in {tmp_path / 'file'} ("),
+                       (str(notes), f"{notes}: not raw data that --pack wrote")):
+        assert refused(capsys, "table1", "--scale", "smoke", "--out", str(tmp_path / "s"), "--pack", pack).startswith(
+            "sweep.py: error: " + line)
+    (tmp_path / "empty").mkdir()  # no Fashion-MNIST there, and no server to download it from: train.py's line, once
+    line = refused(capsys, "table1", "--scale", "fmnist", "--out", str(tmp_path / "s"), "--", "--data-dir",
+                   str(tmp_path / "empty"), "--data-mirror", "http://127.0.0.1:9/")
+    assert line.startswith("train.py: error: Fashion-MNIST files ") and "downloading it failed" in line, line
+    assert not (tmp_path / "s").exists() and notes.read_text() == "not a pack"
+
+
 def test_a_sigterm_stops_the_sweep_and_its_runs_at_their_checkpoints_in_one_line(tmp_path):
     """kill PID of a sweep started in the background (nohup, &, where Ctrl-C is ignored): each running run stops
     at its checkpoint, as train.py does on SIGTERM, rather than going on without it; the sweep says so in one line."""

@@ -196,7 +196,7 @@ PRESETS = {
 }
 # Synthetic data has no human labels: at demo or smoke scale these presets would measure nothing of theirs.
 PAPER_SCALE_ONLY = {"cifar100n": "it trains on CIFAR-100 with the CIFAR-100N label file (--noise human), which "
-                                 "synthetic data has no counterpart of; run it with --scale paper"}
+                                 "no other scale's data has a counterpart of; run it with --scale paper"}
 # Presets whose rows carry their authors' CIFAR-100 settings: a CPU scale's numbers would mean nothing of theirs, so
 # only --scale paper, and smoke, which checks that every row runs.
 NOT_CPU_SCALES = {"table3": "its rows carry their authors' CIFAR-100 settings (Co-teaching+'s initial epochs, "

@@ -143,19 +143,34 @@ def pack(todo, path):
 
 
 def read_raw(path):
-    """The runs packed at path ([] where there is no file yet)."""
+    """The runs packed at path ([] where there is no file yet); of two runs of one name (packs joined by cat), the
+    later. UserError where a line is not a run as pack writes it: its name must be a folder's name, nothing more."""
     if not os.path.exists(path):
         return []
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder; give the file a sweep's --pack wrote, e.g. {path}/runs.jsonl.gz")
     try:
         with gzip.open(path, "rt") as f:
-            return [json.loads(line) for line in f]
+            lines = [json.loads(line) for line in f]
     except (OSError, EOFError, ValueError) as e:
         raise UserError(f"{path}: not raw data that --pack wrote ({type(e).__name__}); give the runs.jsonl.gz "
                         f"a sweep packed") from None
+    runs = {}
+    for i, r in enumerate(lines, 1):
+        shape = isinstance(r, dict) and isinstance(r.get("key"), list) and isinstance(r.get("rows"), list) and \
+            isinstance(r.get("summary"), dict) and all(isinstance(row, dict) for row in r["rows"])
+        name = r.get("name") if shape else None
+        if not (isinstance(name, str) and name not in ("", ".", "..") and os.path.basename(name) == name and
+                "\\" not in name and "\0" not in name):
+            raise UserError(f"{path}: line {i} is not a run as --pack writes it (a name that is a folder's, its "
+                            f"key, summary and rows); give the runs.jsonl.gz a sweep packed")
+        runs[name] = r
+    return list(runs.values())
 
 
 def unpack(runs, sweep_dir):
-    """Packed runs as finished run folders under sweep_dir: the files render reads."""
+    """Packed runs (read_raw's, so each name a folder's) as finished run folders under sweep_dir: the files render
+    reads."""
     for r in runs:
         d = os.path.join(sweep_dir, r["name"])
         os.makedirs(d)
@@ -298,6 +313,9 @@ def paper_of(t, row, col):
     return None if values is None else values[[c[0] for c in t["cols"]].index(col)]
 
 
+SCALE_DATA = {"fmnist": "Fashion-MNIST, an mlp pair"}  # what a table's title names at a scale below paper
+
+
 def scale_cols(t, scale):
     """The columns of t that this scale runs, in the table's order."""
     return [c for c in t["cols"] if c[0] in {col for _, col in grid(t, scale)}]
@@ -306,7 +324,9 @@ def scale_cols(t, scale):
 def render_table(t, cells, seeds, scale="paper"):
     """The table's columns that this scale runs, each cell beside the paper's number."""
     cols = scale_cols(t, scale)
-    lines = [f"## {t['title']}", "", "| | " + " | ".join(c[1] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    here = "" if scale == "paper" else f", here at {scale} scale: {SCALE_DATA.get(scale, 'synthetic data')}"
+    lines = [f"## {t['title']}{here}", "", "| | " + " | ".join(c[1] for c in cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
     for row, _, _ in t["rows"]:
         label = row_label(t, row, scale)
         out = []
@@ -429,8 +449,23 @@ def check_flags(todo, extra):
         job["argv"] = job["argv"][:len(job["argv"]) - len(extra)] + config.knobs_for(job["key"], extra)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), one_line("train.py"):
         warnings.simplefilter("ignore")  # what resolve tells a run (its scaled milestones) each run tells again
-        for job in todo:
-            config.resolve(config.get_args(job["argv"]))  # its refusal is train.py's line
+        return [config.resolve(config.get_args(job["argv"])) for job in todo]  # a refusal is train.py's line
+
+
+def check_data(todo, resolved):
+    """Before any run: each downloadable dataset that a run still to do reads is there, or is downloaded now, once,
+    as that run would; else train.py's one line, so that a wrong --data-dir stops the sweep before its first run
+    rather than failing every run alike. Datasets that are not downloaded are looked for by each run."""
+    from training import datasets
+    seen = set()
+    with one_line("train.py"):
+        for job, a in zip(todo, resolved):
+            where = (a.dataset, a.data_dir, a.data_mirror)
+            if where in seen or runfiles.state(job["dir"]) == runfiles.FINISHED or \
+                    a.dataset == "synthetic" or datasets.DATASETS[a.dataset].source is None:
+                continue
+            seen.add(where)
+            datasets.load_dataset(a.dataset, a.data_dir, image_size=a.image_size, mirror=a.data_mirror)
 
 
 def hardware(argv, gpus, jobs):
@@ -471,9 +506,10 @@ def main(argv=None, cluster="slurm"):
                                                         "an equal share of the cores")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
     p.add_argument("--pack", metavar="FILE", help="after the runs, every finished run's numbers into FILE (gzipped JSON "
-                                                  "lines: flags, metrics, summary, provenance), to keep or share")
+                                                  "lines: flags, metrics, summary, provenance), to keep or share; "
+                                                  "runs already in FILE are kept, one of the same name replaced")
     p.add_argument("--from", dest="raw", metavar="FILE", help="run nothing: the table from the runs --pack wrote "
-                                                              "into FILE")
+                                                              "into FILE (those of this preset, scale and seeds)")
     p.add_argument("--launcher", choices=("local", "slurm"), default="local",
                    help="local: run here (--gpus, --jobs); slurm: submit each run as a Slurm job through submitit "
                         "(--slurm-*; tools/slurm.py) (default: local)")
@@ -486,13 +522,20 @@ def main(argv=None, cluster="slurm"):
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file; give a directory for the sweeps")
     if args.raw:
+        if args.dry_run or args.pack:
+            raise UserError(f"--from runs nothing{' and packs nothing' if args.pack else ''}: leave out "
+                            f"{'--dry-run' if args.dry_run else '--pack'}")
         return from_raw(args, argv, sweep_dir)
     todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)  # bad input: one line, before any write
+    if args.pack and not args.dry_run:
+        check_pack(args.pack)
     slurm.check(args, todo, cluster)  # before check_flags imports torch
-    check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
+    resolved = check_flags(todo, extra)  # a flag train.py would refuse stops the sweep here, before any run starts
     if args.dry_run:
         print_commands(job["argv"] for job in todo)
         return 0
+    if args.launcher == "local":  # a Slurm job's node has its own files
+        check_data(todo, resolved)
     try:
         if args.launcher == "slurm":  # a run that reads another's waits for it: the same command again submits it
             later = {job["name"]: "queued" for job in todo if blocked(job, todo, {}) is not None}
@@ -535,23 +578,45 @@ def main(argv=None, cluster="slurm"):
     return 1 if failed else 0
 
 
+def check_pack(path):
+    """Before any run: --pack's file can be written where it is asked for, and holds raw data if it exists."""
+    read_raw(path)  # a folder, or a file that is not raw data: its line
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    try:  # the folder's own answer: permissions, a read-only or virtual file system
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        raise UserError(f"--pack {path}: no file can be written in {parent} ({e.strerror or type(e).__name__}); "
+                        f"give a path in a folder you can write") from None
+
+
 def from_raw(args, argv, sweep_dir):
     """--from FILE: the table of FILE's runs (those of the grid, with its flags), to where the sweep writes it."""
-    if not os.path.isfile(args.raw):
+    if not os.path.exists(args.raw):
         raise UserError(f"--from {args.raw}: no such file; give the file a sweep's --pack wrote")
     runs = read_raw(args.raw)
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, os.path.basename(sweep_dir))
-        unpack(runs, folder)
         todo = jobs(args.preset, args.scale, args.seeds, folder)
-        grid_keys = {j["name"]: j["key"] for j in todo}  # a run packed with other flags is not the grid's
-        got = [r for r in runs if r["name"] in grid_keys and same_run(os.path.join(folder, r["name"]),
-                                                                        grid_keys[r["name"]])]
+        names = {j["name"]: j["key"] for j in todo}
+        unpack([r for r in runs if r["name"] in names], folder)  # nothing outside the grid is written
+        got = [r for r in runs if r["name"] in names and same_run(os.path.join(folder, r["name"]), names[r["name"]])]
+        if not got:  # a run packed with other flags is not the grid's
+            raise UserError(f"--from {args.raw}: none of its {len(runs)} runs is one of {args.preset} at --scale "
+                            f"{args.scale} with seeds 0..{args.seeds - 1} and these flags"
+                            + (f" (it holds {runs[0]['name']}, ...)" if runs else "") +
+                            "; give the preset, scale and seeds it was packed from")
         trained = sum(r["summary"].get("seconds", 0) for r in got)
         header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | the runs of {args.raw}: "
-                  f"{where(got) or 'none of the grid'} | {trained:.0f}s of training in all runs | "
+                  f"{where(got)} | {trained:.0f}s of training in all runs | "
                   f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")
-        text = render(args.preset, args.scale, args.seeds, folder, header)
+        try:
+            text = render(args.preset, args.scale, args.seeds, folder, header)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise UserError(f"--from {args.raw}: its runs lack numbers the table reads ({type(e).__name__}: {e}); "
+                            f"give the runs.jsonl.gz a sweep packed") from None
     path = sweep_dir + ".md"
     os.makedirs(args.out, exist_ok=True)
     with runfiles.replacing(path) as f:
