@@ -207,7 +207,7 @@ def cdr_mask_(params, keep):
     scores = [(p * p.grad).abs() for p in weights]
     flat = torch.cat([s.flatten() for s in scores])
     n_keep = max(1, int(keep * flat.numel()))
-    threshold = flat.topk(n_keep).values[-1]
+    threshold = flat.kthvalue(flat.numel() - n_keep + 1).values  # the n_keep-th largest: topk's last, by selection
     for p, s in zip(weights, scores):
         p.grad.mul_((s >= threshold).to(p.grad.dtype) * keep)
 
