@@ -28,12 +28,17 @@ def interval(diffs):
     return m, (m - half, m + half)
 
 
-def paired(runs, base):
-    """(the mean per-seed difference of final test accuracy with its 95% t-interval, "ahead in k/n") of a row's
-    runs {seed: metrics rows} against another row's on the same seeds; a **win** when the interval is above 0."""
+def final(rows):
+    return rows[-1]["test_acc_mean"]
+
+
+def paired(runs, base, value=final):
+    """(the mean per-seed difference of final test accuracy (or another value of a run's metrics rows) with its
+    95% t-interval, "ahead in k/n") of a row's runs {seed: metrics rows} against another row's on the same seeds;
+    a **win** when the interval is above 0."""
     if not base:
         return "–", "–"
-    pairs = [runs[s][-1]["test_acc_mean"] - base[s][-1]["test_acc_mean"] for s in runs if s in base]
+    pairs = [value(runs[s]) - value(base[s]) for s in runs if s in base]
     m, ci = interval(pairs)
     win = ci is not None and ci[0] > 0
     return (f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]") + (" **win**" if win else ""),

@@ -46,7 +46,7 @@ import warnings
 from tools import slurm
 from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, grid, jobs,
                                 row_label, run_key, run_name, same_run)
-from tools.stats import mean_std, paired
+from tools.stats import final, mean_std, paired
 from training import runfiles
 from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
 
@@ -264,6 +264,7 @@ def early_stopped(rows):
 
 
 DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - final", "{:.1f}"),
+               ("early", "test acc at the best val epoch (early stopping; runs with a val split)", "{:.1f}"),
                ("memorized", "noisy labels memorised at the end", "{:.2f}"),
                ("selected", "taught", "{:.3f}"), ("precision", "precision of the taught targets", "{:.2f}"),
                ("recall", "recall of clean-labelled samples", "{:.3f}"), ("r_end", "MyLC's r at the end", "{:.2f}")]
@@ -278,7 +279,8 @@ def render_diagnostics(t, scale, seeds, sweep_dir):
     got = {}
     for row, _, _ in t["rows"]:
         label = row_label(t, row, scale)
-        runs = [run_diagnostics(d) for d in finished_runs(t, row, col, scale, seeds, sweep_dir).values()]
+        rows = [metrics_rows(d) for d in finished_runs(t, row, col, scale, seeds, sweep_dir).values()]
+        runs = [dict(diagnostics(r), early=early_stopped(r) if "val_acc_mean" in r[0] else None) for r in rows]
         if not runs:
             continue
         got[row] = {k: mean_std([r[k] for r in runs if r[k] is not None] or [math.nan]) for k, _, _ in DIAGNOSTICS}
@@ -361,16 +363,19 @@ def render_paired(t, scale, seeds, sweep_dir):
     runs = {(row, col[0]): {s: metrics_rows(d) for s, d in finished_runs(t, row, col[0], scale, seeds,
                                                                           sweep_dir).items()}
             for row in label for col in cols}
+    val = any("val_acc_mean" in r[0] for cell in runs.values() for r in cell.values())
+    ways = [(c, "", final) for c in cols] + [(c, ", early-stopped", early_stopped) for c in cols if val]
     lines = [f"### Does {label[p]} beat every other row?", "",
              f"{label[p]} − the row: the mean of the per-seed differences of final test accuracy (`{MEAN}`, "
              f"points), its 95% t-interval, **win** where the interval is above 0; then the seeds where "
-             f"{label[p]} is ahead.", "",
-             "| | " + " | ".join(c[1] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+             f"{label[p]} is ahead." + (" Early-stopped: the test accuracy at each run's best epoch on the clean "
+                                        "validation split." if val else ""), "",
+             "| | " + " | ".join(c[1] + how for c, how, _ in ways) + " |", "|---" * (len(ways) + 1) + "|"]
     for row in label:
         if row != p:
             lines.append(f"| {label[row]} | " + " | ".join(
-                "{}, ahead in {}".format(*paired(runs[p, c[0]], runs[row, c[0]])) if runs[p, c[0]] else "–"
-                for c in cols) + " |")
+                "{}, ahead in {}".format(*paired(runs[p, c[0]], runs[row, c[0]], value)) if runs[p, c[0]] else "–"
+                for c, _, value in ways) + " |")
     return lines + [""]
 
 
