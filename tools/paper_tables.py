@@ -225,7 +225,8 @@ SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--sy
 # fixed from zero knowledge before any CMD row ran (docs/fmnist-regime.md): a fixed 8,000 of Fashion-MNIST's training
 # images (--subset-seed 0), a clean 10% of them kept for validation, the mlp, no augmentation, no weight decay, 80
 # epochs at lr 0.05 divided by 10 at 40 and 60 (zero knowledge memorises 0.82 of the noisy labels there at 40%).
-# Only each table's Sym 40% column runs. Fashion-MNIST's files: train.py's --data-dir (after --), else downloaded.
+# Each table's Sym 40% column runs (a table without one: all its columns). Fashion-MNIST's files: train.py's
+# --data-dir (after --), else downloaded.
 FMNIST_REGIME = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
                  "--weight-decay", "0", "--epochs", "80", "--milestones", "40,60", "--batch-size", "128"]
 FMNIST_FLAGS = ["--dataset", "fashionmnist", *FMNIST_REGIME, "--lr", "0.05"]
