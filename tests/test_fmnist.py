@@ -149,8 +149,9 @@ def test_early_stopping_reads_the_test_accuracy_at_the_best_validation_epoch():
 
 
 def test_the_readmes_fashion_mnist_numbers_are_the_raw_datas(tmp_path, capsys):
-    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the attribution's reports or the η
-    rule's, as rendered here from the committed raw data (docs/fmnist/runs.jsonl.gz, docs/eta/runs.jsonl.gz) alone."""
+    """Every mean ± std and interval the README quotes for Fashion-MNIST is in the attribution's reports, the η
+    rule's or Table 3's, as rendered from the committed raw data (docs/fmnist/runs.jsonl.gz, docs/eta/runs.jsonl.gz,
+    docs/table3-fmnist/runs.jsonl.gz) alone."""
     readme = open(os.path.join(HERE, "README.md")).read()
     section = readme[readme.index("## What the project has shown"):readme.index("## Layout")]
     report = ""
@@ -160,9 +161,11 @@ def test_the_readmes_fashion_mnist_numbers_are_the_raw_datas(tmp_path, capsys):
     shutil.copy(eta.RAW, tmp_path / "eta.jsonl.gz")
     assert eta.main(["report", "--raw", str(tmp_path / "eta.jsonl.gz")]) == 0
     report += open(tmp_path / "report.md").read()
+    report += open(os.path.join(HERE, "docs", "table3-fmnist", "table3-fmnist.md")).read()  # test_sweep renders it
     capsys.readouterr()
     report = report.replace("-", "−")  # the README prints −
-    quoted = re.findall(r"\d+\.\d\d ± \d\.\d\d", section) + re.findall(r"\[[+−]\d\.\d\d, [+−]\d\.\d\d\]", section)
+    quoted = re.findall(r"\d+\.\d\d ± \d+\.\d\d", section) + re.findall(r"\[[+−]\d+\.\d\d, [+−]\d+\.\d\d\]",
+                                                                         section)
     assert len(quoted) >= 8
     for q in quoted:
         assert q in report, q

@@ -102,6 +102,25 @@ def refused(capsys, *argv):
     return err.strip()
 
 
+def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_path):
+    """docs/table3-fmnist's table is the sweep's own rendering of its committed raw data: no number by hand."""
+    docs = os.path.join(HERE, "docs", "table3-fmnist")
+    raw = os.path.join(docs, "runs.jsonl.gz")
+    assert sweep.main(["table3", "--scale", "fmnist", "--seeds", "5", "--out", str(tmp_path), "--from", raw]) == 0
+    body = lambda path: open(path).read().split("\n", 3)[3]  # noqa: E731 (below the header)
+    assert body(tmp_path / "table3-fmnist.md") == body(os.path.join(docs, "table3-fmnist.md"))
+    assert "(n=" not in body(tmp_path / "table3-fmnist.md")  # every cell has its 5 seeds
+    assert len(sweep.read_raw(raw)) == 17 * 5
+    text = open(os.path.join(HERE, "docs", "results.md")).read()  # what results.md quotes of it is in it
+    section = text[text.index("## Table 3 on Fashion-MNIST"):text.index("## The paper's tables")]
+    table = body(tmp_path / "table3-fmnist.md").replace("-", "−")
+    quoted = re.findall(r"\d+\.\d\d ± \d+\.\d\d", section) + re.findall(r"[+−]\d+\.\d\d \[[+−]\d+\.\d\d, [+−]\d+\.\d\d\]",
+                                                                        section)
+    assert len(quoted) >= 10
+    for q in quoted:
+        assert q in table, q
+
+
 def test_a_pack_that_is_not_one_is_refused_in_one_line_and_nothing_is_written_outside_the_table(smoke, tmp_path,
                                                                                                  capsys):
     out, _ = smoke
