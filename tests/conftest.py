@@ -3,13 +3,23 @@ where torch sees none. `python -m pytest -m cuda` runs just them (studies/gpu_ch
 published_md5s: torchvision's published md5 sums, put back after every test that stood tiny files in for them.
 pytest_runtest_call: a Ctrl-C (SIGINT) that train.py or a tool turned into SystemExit(130) inside a test stops the
 whole run, as a Ctrl-C anywhere else does, so that --junitxml is still written: studies/gpu_check.sh stops
-`pytest -m cuda` with SIGINT at its time limit and reads the XML."""
+`pytest -m cuda` with SIGINT at its time limit and reads the XML. A suite started with SIGINT ignored gets Python's
+own handler back, so that its tests of Ctrl-C see the Ctrl-C they send."""
+import signal
+
 import pytest
 import torch
 from torchvision import datasets as tv
 from torchvision.datasets.vision import VisionDataset
 
 from training.datasets import DATASETS
+
+
+# A suite started with SIGINT ignored (`nohup`, or `cmd &` in a script) would never see the Ctrl-C its tests send:
+# Python leaves an ignored SIGINT ignored, in itself and in the processes it starts. The tests of Ctrl-C need
+# Python's own handler, here and in the train.py each of them starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

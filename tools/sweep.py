@@ -461,7 +461,7 @@ def check_data(todo, resolved):
     """Before any run: each downloadable dataset that a run still to do reads is there, or is downloaded now, once,
     as that run would; else train.py's one line, so that a wrong --data-dir stops the sweep before its first run
     rather than failing every run alike. Datasets that are not downloaded are looked for by each run."""
-    from training import datasets
+    from training import datasets  # imports torch: only here, so the tables' tests need none
     seen = set()
     with one_line("train.py"):
         for job, a in zip(todo, resolved):
