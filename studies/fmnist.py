@@ -60,7 +60,7 @@ from studies.recipe import RAW
 from tools import batched
 from tools.paper_tables import FMNIST_REGIME
 from tools.stats import fmt, interval, mean_std, paired
-from tools.sweep import diagnostics, early_stopped, print_commands
+from tools.sweep import diagnostics, early_stopped, print_commands, where
 from training import config, runfiles
 from training.errors import Parser, UserError, one_line
 
@@ -291,16 +291,6 @@ def pack(out, path):
     with runfiles.replacing(path, "wb") as f, gzip.open(f, "wt") as z:
         z.writelines(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines))
     return len(new), len(lines)
-
-
-def where(runs):
-    """Where the runs ran: 'n on DEVICE, torch V' per device and torch version."""
-    counts = {}
-    for r in runs.values():
-        p = r.get("provenance") or {}
-        key = (p.get("device_name") or p.get("device") or "?", p.get("torch", "?"))
-        counts[key] = counts.get(key, 0) + 1
-    return "; ".join(f"{n} on {d}, torch {t}" for (d, t), n in sorted(counts.items()))
 
 
 # ---------------------------------------------------------------- the selection
@@ -804,7 +794,7 @@ def attribution_stage(r, stage, rows):
         runs = r.runs()
     os.makedirs(r.plan.folder, exist_ok=True)
     runfiles.write_json(r.plan.folder, "choice.json", dict(choice, command=r.command))
-    footer = f"`{r.command}`: {time.time() - r.t0:.0f} s this invocation; {where(runs)}."
+    footer = f"`{r.command}`: {time.time() - r.t0:.0f} s this invocation; {where(runs.values())}."
     for name, lines in attribution_texts(runs, r.args.rate, choice, footer, r.args.published_choice).items():
         write(os.path.join(r.plan.folder, name), lines)
 
@@ -927,7 +917,7 @@ def main(argv=None):
         choice, todo = (published_choice(runs), []) if args.published_choice else choose(
             runs, ATTRIBUTION, args.rate, ATTRIBUTION.grids[args.rate])
         os.makedirs(folder, exist_ok=True)
-        footer = f"Rendered from {args.pack} (`{command}`): {where(runs)}" + (f"; {len(todo)} cells not run."
+        footer = f"Rendered from {args.pack} (`{command}`): {where(runs.values())}" + (f"; {len(todo)} cells not run."
                                                                                if todo else ".")
         for name, lines in attribution_texts(runs, args.rate, choice, footer, args.published_choice).items():
             write(os.path.join(folder, name), lines)

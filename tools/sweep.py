@@ -181,13 +181,14 @@ def unpack(runs, sweep_dir):
 
 
 def where(runs):
-    """Where packed runs ran: 'n on DEVICE, torch V', per device and torch version."""
+    """Where runs ran (each with the provenance of its config.json): 'n on DEVICE, torch V' per device and torch
+    version."""
     counts = {}
     for r in runs:
         p = r.get("provenance") or {}
-        key = f"{p.get('device_name', 'an unknown device')}, torch {p.get('torch', '?')}"
+        key = (p.get("device_name") or p.get("device") or "?", p.get("torch", "?"))
         counts[key] = counts.get(key, 0) + 1
-    return "; ".join(f"{n} on {k}" for k, n in sorted(counts.items()))
+    return "; ".join(f"{n} on {d}, torch {t}" for (d, t), n in sorted(counts.items()))
 
 
 # ---------------------------------------------------------------- tables
