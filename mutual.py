@@ -409,8 +409,9 @@ class Comparators:
     mentornet_percentile: float = knob(0.7, "MentorNet PD: the percentile p of the batch's losses below which a "
                                             "sample counts (--lc mentornet; the value of the authors' flag)",
                                        (lambda v: 0 < v <= 1, "in (0, 1]"))
-    mentornet_burn_in: float = knob(0.18, "MentorNet PD: the fraction of training during which every sample counts "
-                                          "(--lc mentornet; the authors' predefined curriculum: 18%%)", (unit, "in [0, 1]"))
+    mentornet_burn_in: float = knob(0.18, "MentorNet PD: every sample counts while ⌊100 t/Γ⌋ is at most 100 times "
+                                          "this (--lc mentornet; the authors' predefined curriculum: percentage 18, "
+                                          "the first 19%% of training)", (unit, "in [0, 1]"))
     cdr_rate: float | None = knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate "
                                         "with a --noise drawn at a rate, as the authors' code sets it; give it "
                                         "otherwise)",

@@ -42,11 +42,14 @@ def instance_rows(images, labels, rate, k, rng, std=0.1):
 
       q_n ~ N(r, std²) truncated to [0, 1]      each sample's flip rate, std = 0.1 (their norm_std): truncated_normal
       W_c ~ N(0, 1)^(D x K)                      one projection per clean class
-      a_n = x_n W_{y_n}, a_n[y_n] = −inf         x_n the image as floats in [0, 1] (ToTensor's scale), flattened
+      a_n = x_n W_{y_n}, a_n[y_n] = −inf         x_n the image's stored pixels as floats, 0..255, flattened
       P(ỹ | x_n, y_n) = q_n softmax(a_n), + 1 − q_n on y_n
 
     so a sample keeps its label with probability 1 − q_n, and a flip goes where its own image points; the realised
-    rate is about r (a little above it for small r, by the truncation at 0). images: uint8 (N, C, H, W) (numpy or
+    rate is about r (a little above it for small r, by the truncation at 0). Their dataset_split passes the stored
+    uint8 images as torch.from_numpy(train_images).float(), 0..255, not divided by 255: so here. At that scale a_n's
+    spread is the image's norm, thousands, and the softmax is one-hot: each sample's flip goes to the one class its
+    image points to most (at [0, 1] it would still spread a little: docs/training.md). images: uint8 (N, C, H, W) (numpy or
     tensor); labels: (N,) int64 clean; rng: a numpy Generator, from which q, then W are drawn (their code draws from
     numpy's global state, q through scipy.stats.truncnorm; here the run's seed, and numpy alone). Returns (N, K)
     float64 rows summing to 1 (flip_rows).
@@ -70,12 +73,13 @@ def truncated_normal(rng, mean, std, n, low=0.0, high=1.0):
 
 def flip_rows(x, labels, q, w):
     """instance_rows' rows from its draws: x (N, D) uint8 images, flattened; labels (N,); q (N,) the flip rates; w
-    (K, D, K) the projections. Row n: q_n softmax(x_n/255 W_{y_n}) over the other classes, 1 − q_n on y_n."""
+    (K, D, K) the projections. Row n: q_n softmax(x_n W_{y_n}) over the other classes, 1 − q_n on y_n, x_n the stored
+    pixels 0..255 as float32 (their code's scale)."""
     k = w.shape[-1]
     a = np.empty((len(labels), k), dtype=np.float64)
     for c in np.unique(labels):  # one product per clean class: (n_c, D) (D, K)
         at = labels == c
-        a[at] = (x[at].astype(np.float32) / 255) @ w[c]
+        a[at] = x[at].astype(np.float32) @ w[c]
     n = np.arange(len(labels))
     a[n, labels] = -np.inf
     p = np.exp(a - a.max(1, keepdims=True))

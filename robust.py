@@ -9,8 +9,8 @@ true_transition   -- the true T of synthetic noise, the T Forward trains with he
 anchor_transition -- Patrini et al.'s estimate T̂ from the anchor points of a model's predictions
 reweight_loss     -- T-revision's importance reweighting (Xia et al. 2019) with a transition matrix T
 revision_loss     -- ... and its revision stage: T = T̂ + ΔT, the slack ΔT learned through the weights
-mentornet_pd_loss -- MentorNet (Jiang et al. 2018), its predefined self-paced curriculum, the form that needs
-                     no clean data
+mentornet_pd_loss -- MentorNet (Jiang et al. 2018), its predefined curriculum, the form that needs no clean data
+nearest_percentile -- ... its λ: a batch's percentile as TensorFlow takes it, one of the batch's values
 cdr_mask_         -- CDR (Xia et al. 2021): the gradient kept on the critical parameters alone
 joint_loss        -- Joint optimisation (Tanaka et al. 2018), its first step: the CE with each sample's current
                      (soft) label, a prior term and an entropy term
@@ -162,30 +162,52 @@ def revision_loss(logits, labels, t_hat, delta, logp=None):
     return (beta * -logp.gather(1, labels[:, None])[:, 0]).mean()
 
 
+MENTORNET_RAMP = 90  # from this percentage of training on, their PD curriculum ramps (vstar_spcl_linear)
+MENTORNET_GAMMA = 1.0  # γ of that ramp: their command that trains the PD MentorNet, --vstar_gamma=1
+
+
+def nearest_percentile(x, q):
+    """TensorFlow's percentile of x (N,) at q in [0, 1] with its default interpolation, 'nearest', as MentorNet's
+    code takes it (tf.contrib.distributions.percentile): x sorted in decreasing order, at index round((N − 1)(1 −
+    q)), rounded half to even. One of x's own values, where torch.quantile interpolates between two. The index is
+    a host number (N from x's shape): nothing waits for the device."""
+    n = x.shape[0]
+    return x.kthvalue(n - round((n - 1) * (1 - q))).values  # the index-th largest is the (n - index)-th smallest
+
+
 def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, progress=0.0, logp=None):
-    """MentorNet's predefined curriculum (Jiang et al. 2018: the self-paced weighting v*_i = 1[ℓ_i < λ]), the form
-    that runs without clean data (the paper's MentorNet PD; the Co-teaching paper's MentorNet baseline):
+    """MentorNet PD (Jiang et al. 2018), the predefined curriculum that runs without clean data (the Co-teaching
+    paper's MentorNet baseline): the weight v*_i of their vstar_mentornet_pd (training_mentornet/models.py), the
+    function their PD MentorNet is trained to imitate, at training's percentage e = ⌊100 t/Γ⌋ (their epoch_step):
 
-      λ   = the `percentile` quantile of the batch's losses ℓ_i = −log p_i(ỹ_i)
-      v_i = 1 in the first `burn_in` of training (t/Γ < burn_in), else 1[ℓ_i ≤ λ]; a constant
-      L   = mean_n v_n ℓ_n
+      ℓ_i = −log p_i(ỹ_i);  λ = the batch's `percentile` quantile of ℓ, one of its values (nearest_percentile)
+      v_i = 1                            while e ≤ 100 burn_in (18: the first 19% of training)
+            1[ℓ_i − λ ≤ 0]               while e < 90 (vstar_self_paced)
+            clip(1 − (ℓ_i − λ)/γ, 0, 1)  from e = 90 on, γ = 1 (vstar_spcl_linear)
+      L   = mean_n v_n ℓ_n,  v a constant
 
-    The authors' code (google/mentornet) differs: a small network trained to imitate this rule gives v, λ is a moving
-    average of the batch percentile (decay 0.5, the value their script runs), the last 10% of training use a linear
-    ramp, and random samples are dropped. Here v is the rule itself and λ the batch's own percentile: a pure
-    function of the batch. percentile 0.7 is their flag's default, the one their CIFAR commands end up running
-    (they misspell the flag that sets 0.75); burn_in 0.18 is the 18% of training of their PD curriculum.
-    progress: t/Γ. logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
+    Departures from their student's training (code/utils.py, mentornet), declared: there a network fitted to this
+    function gives v, λ is a moving average of the batch percentile (decay 0.5, their flag's default) that starts at
+    0, and random samples are dropped (50% in the first 17% of training, then 5%). Here v is the function itself and
+    λ the batch's own percentile: a pure function of the batch. percentile 0.7 is their flag's default, the one
+    their CIFAR commands end up running (they misspell the flag that sets 0.75). progress: t/Γ, a host float or a
+    0-dim device tensor (a replayed step's). logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
     """
     if logp is None:
         logp = F.log_softmax(logits.float(), dim=-1)
     loss = -logp.gather(1, labels[:, None])[:, 0]  # (N,)
-    lam = torch.quantile(loss.detach(), percentile)
-    kept = (loss.detach() <= lam).float()
+    diff = loss.detach() - nearest_percentile(loss.detach(), percentile)  # ℓ − λ, their loss_diff
+    burn = round(100 * burn_in)
+    # e = ⌊100 t/Γ⌋, nudged by 1e-5 so that a t/Γ held in float32 (a replayed step's) that falls a rounding error
+    # short of a whole percentage gives the host's e
     if torch.is_tensor(progress):  # a replayed step's t/Γ, on the device: chosen there, nothing read back
-        v = torch.where(progress < burn_in, torch.ones_like(loss), kept)
+        e = torch.floor(100 * progress + 1e-5)
+        v = torch.where(e >= MENTORNET_RAMP, (1 - diff / MENTORNET_GAMMA).clamp(0, 1), (diff <= 0).float())
+        v = torch.where(e <= burn, torch.ones_like(loss), v)
     else:  # a host float: no tensor made from it each step
-        v = torch.ones_like(loss) if progress < burn_in else kept
+        e = math.floor(100 * progress + 1e-5)
+        v = (torch.ones_like(loss) if e <= burn else (diff <= 0).float() if e < MENTORNET_RAMP else
+             (1 - diff / MENTORNET_GAMMA).clamp(0, 1))
     return (v * loss).mean()
 
 

@@ -3,6 +3,11 @@
 logistic -- s(x, b) = 1 / (1 + exp(-x*b)), the paper's logistic function
 chi      -- Eq. 7: chi = H(u)/eta * 2*s(t/Gamma - 0.5, b)
 
+Beyond the paper, how to choose eta (docs/copy.md, "Choosing η"):
+noise_entropy -- H_nu, the entropy of a label under symmetric noise at rate nu
+eta_bound     -- the eta below which chi starts above H_nu
+eta_start     -- the eta the copy guide starts with: chi starts a third above H_nu
+
 These functions are pure: the caller passes t (in epochs from 0, fractional allowed),
 Gamma, eta and b (chi's default eta and b are train.py's CMD-P). Python floats in,
 Python float out, so computing chi inside a training step never touches the GPU.
@@ -56,3 +61,28 @@ def chi(t, total, num_classes, eta=4.0, b=-5.0):
     if math.isinf(eta):
         return 0.0  # H(u)/inf; avoids inf*0 when 2s(...) underflows
     return math.log(num_classes) / eta * 2.0 * logistic(t / total - 0.5, b)
+
+
+# ---------------------------------------------------------------- choosing eta (beyond the paper: docs/copy.md)
+
+def noise_entropy(rate, num_classes):
+    """H_nu = -(1 - nu) ln(1 - nu) - nu ln(nu / (K - 1)): the entropy of a clean label's row of symmetric noise at rate
+    nu, about what a network that has learned the noisy labels, and not memorised them, predicts with."""
+    if rate == 0:
+        return 0.0
+    return -(1 - rate) * math.log(1 - rate) - rate * math.log(rate / (num_classes - 1))
+
+
+def eta_bound(num_classes, rate, b=-5.0):
+    """The eta below which chi of Eq. 7 starts above H_nu: chi(0) = 2 s(-0.5, b) ln K / eta > H_nu, 1.85 ln K / H_nu
+    at b = -5 (2.7 at K = 10 and nu = 0.4). Above it, CMD teaches little before the networks memorise."""
+    return 2 * logistic(-0.5, b) * math.log(num_classes) / noise_entropy(rate, num_classes)
+
+
+def eta_start(num_classes, rate, b=-5.0):
+    """The eta to start with: 3/4 of eta_bound, rounded down to a half, so that chi starts a third above H_nu (2 at K =
+    10 and nu = 0.4, 2.5 at K = 100). Why a third: in the project's eta study the networks' mean entropy in epochs
+    2-10 was 1.05-1.28 H_nu, and only a chi above it teaches in those epochs (eta = 2, chi(0) = 1.37 H_nu, taught
+    0.69-0.83 of the samples an epoch; eta = 2.5, 1.10 H_nu, 0.09-0.32); its clean validation split chose eta = 2
+    over 4. Measured at K = 10 and nu = 0.4 alone (docs/copy.md): a start, to tune on clean validation data."""
+    return math.floor(2 * 0.75 * eta_bound(num_classes, rate, b)) / 2

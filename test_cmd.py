@@ -433,7 +433,8 @@ def test_a_kind_that_depends_on_the_sample_flips_by_its_input(kind):
 
 def test_idn_rows_are_the_authors_from_the_same_draws():
     """xiaoboxia/Part-dependent-label-noise (and CDR's tools.py): get_instance_noisy_label, its loop over samples in
-    torch float32, fed the flip rates and projections W that noise.flip_rows is fed."""
+    torch float32, fed the flip rates and projections W that noise.flip_rows is fed, and the images as their
+    dataset_split passes them: torch.from_numpy(train_images).float(), the stored uint8 pixels 0..255."""
     from math import inf  # their code's name, as they import it
     n, k = 300, 5
     labels = np.random.default_rng(4).integers(0, k, n)
@@ -442,14 +443,16 @@ def test_idn_rows_are_the_authors_from_the_same_draws():
     flip_rate = rng.uniform(0, 1, n)
     W = torch.FloatTensor(rng.standard_normal((k, 48, k), dtype=np.float32))
     P = []
-    for i, (x, y) in enumerate(zip(torch.from_numpy(images).float() / 255, labels)):
+    data = torch.from_numpy(images).float()  # their tools.dataset_split, for mnist, fmnist and cifar10 alike
+    for i, (x, y) in enumerate(zip(data, labels)):
         A = x.view(1, -1).mm(W[y]).squeeze(0)
         A[y] = -inf
         A = flip_rate[i] * F.softmax(A, dim=0)
         A[y] += 1 - flip_rate[i]
         P.append(A)
     P = torch.stack(P, 0).numpy()
-    assert np.allclose(flip_rows(images.reshape(n, -1), labels, flip_rate, W.numpy()), P, atol=1e-6)
+    # at 0..255 two classes' logits can lie within float32's rounding of a sum of thousands: 1e-5, not 1e-6
+    assert np.allclose(flip_rows(images.reshape(n, -1), labels, flip_rate, W.numpy()), P, atol=1e-5)
 
 
 @pytest.mark.parametrize("mean", [0.05, 0.2, 0.4, 0.9])

@@ -25,6 +25,7 @@ import sys
 
 import numpy as np
 
+import schedule
 from studies import fmnist
 from tools.stats import fmt, interval, mean_std
 from training import runfiles
@@ -41,13 +42,13 @@ K, RATE = 10, 0.4
 
 
 def h_noise(k=K, rate=RATE):
-    """H_ν: the entropy of labels with symmetric noise at rate ν over k classes."""
-    return -(1 - rate) * math.log(1 - rate) - rate * math.log(rate / (k - 1))
+    """H_ν of the study's noise (schedule.noise_entropy)."""
+    return schedule.noise_entropy(rate, k)
 
 
 def bound(k=K, rate=RATE):
-    """docs/copy.md's bound: χ starts above H_ν for η < 1.85 ln K / H_ν (b = −5)."""
-    return 2 * math.log(k) / (1 + math.exp(-2.5)) / h_noise(k, rate)
+    """docs/copy.md's bound, schedule.eta_bound: χ starts above H_ν for η < 1.85 ln K / H_ν (b = −5)."""
+    return schedule.eta_bound(k, rate)
 
 
 def grids(data_dir):

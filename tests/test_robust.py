@@ -115,6 +115,55 @@ def test_mentornet_weights_the_samples_below_the_batchs_percentile():
     assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, progress=0.1).item() == pytest.approx(3.6 / 4, rel=1e-5)
 
 
+def tf_percentile_nearest(x, q):
+    """tf.contrib.distributions.percentile(x, q) at its default interpolation, 'nearest' (TF 1.x's
+    distributions/python/ops/sample_stats.py): sorted in decreasing order, index round((d - 1) * (1 - q / 100)),
+    TensorFlow's round being half to even, as numpy's is."""
+    sorted_y = np.sort(x)[::-1]
+    frac_at_q_or_above = 1.0 - q / 100.0
+    return sorted_y[int(np.round((len(x) - 1) * frac_at_q_or_above))]
+
+
+def vstar_mentornet_pd(loss_diff, epoch, gamma=1):
+    """google/mentornet, code/training_mentornet/models.py: vstar_mentornet_pd with vstar_self_paced and
+    vstar_spcl_linear, transcribed (inbatch's columns passed by name; their PD command: --vstar_gamma=1)."""
+    v1 = np.copy(loss_diff)  # vstar_self_paced
+    v1[np.where(loss_diff <= 0)] = 1
+    v1[np.where(loss_diff > 0)] = 0
+    v2 = -1.0 / gamma * loss_diff + 1  # vstar_spcl_linear
+    v2 = np.maximum(np.minimum(v2, 1), 0)
+    v = np.zeros(len(epoch))
+    ids = np.where(epoch >= 90)
+    v[ids] = v2[ids]
+    ids = np.where(epoch < 90)
+    v[ids] = v1[ids]
+    ids = np.where(epoch <= 18)
+    v[ids] = 1
+    return v
+
+
+@pytest.mark.parametrize("n", [2, 5, 128, 127])
+def test_mentornet_pd_is_their_curriculum_at_every_point_of_training_with_their_percentile(n):
+    """The weight of every sample at every percentage of training is vstar_mentornet_pd's, with λ TensorFlow's
+    nearest percentile of the batch's losses (their student code's): at 128 samples and p = 0.7 it keeps 90 where
+    torch.quantile's interpolation would keep 89, and every sample counts until ⌊100 t/Γ⌋ passes 18 (19%)."""
+    g = torch.Generator().manual_seed(n)
+    z, y = torch.randn(n, 10, generator=g) * 3, torch.randint(0, 10, (n,), generator=g)
+    loss = F.cross_entropy(z, y, reduction="none").double().numpy()
+    for p in (0.7, 0.5, 0.75):
+        lam = tf_percentile_nearest(loss, p * 100)
+        for progress in [i / 400 for i in range(400)] + [0.189999, 0.19, 0.899999, 0.9]:
+            epoch = np.full(n, np.floor(100 * progress))  # their epoch_step: ⌊100 global_step / max_step⌋
+            want = (vstar_mentornet_pd(loss - lam, epoch) * loss).mean()
+            got = robust.mentornet_pd_loss(z, y, p, 0.18, progress=progress).item()
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (p, progress)
+            on_device = robust.mentornet_pd_loss(z, y, p, 0.18, progress=torch.tensor(progress)).item()
+            assert on_device == pytest.approx(want, rel=1e-5, abs=1e-6), (p, progress)
+    if n == 128:
+        kept = (loss <= tf_percentile_nearest(loss, 70)).sum()
+        assert kept == 90 and (loss <= torch.quantile(torch.tensor(loss), 0.7).item()).sum() == 89
+
+
 def test_cdr_keeps_the_gradient_of_the_critical_weights_scaled_and_drops_the_others():
     net = torch.nn.Linear(2, 2)
     with torch.no_grad():

@@ -43,22 +43,24 @@ def smoke(tmp_path_factory):
     return out, cli("sweep.py", "table1", "--scale", "smoke", "--seeds", "2", "--out", out, "--gpus", "2")
 
 
-def test_smoke_sweep_writes_the_table_beside_the_paper(smoke):
+def test_smoke_sweep_writes_the_table_and_says_it_ranks_nothing(smoke):
     out, res = smoke
     assert res.returncode == 0, res.stdout + res.stderr
     with open(os.path.join(out, "table1-smoke.md")) as f:
         md = f.read()
+    assert md.split("\n")[2].startswith("A smoke run trains each row") and "say nothing about the methods" in md
     assert "seeds 2" in md and "CPU (" in md and "torch " in md
     assert re.search(r"`python -m tools.sweep table1 --scale smoke --seeds 2 --out \S+ --gpus 2`", md)
-    assert len(re.findall(r"\| \d+\.\d\d ± \d+\.\d\d \(paper", md)) == 2  # the smoke grid: Zero/All x LS
-    assert md.count("not run (paper") == 2 and "| CMD-P | not run (paper 56.73) |" in md  # LS: the column it runs
+    assert len(re.findall(r"\| \d+\.\d\d ± \d+\.\d\d \|", md)) == 2  # the smoke grid: Zero/All x LS
+    assert md.count("not run |") == 2 and "| CMD-P | not run |" in md  # LS: the column it runs
+    assert "paper" not in md.split("## ")[1] and "Does selecting" not in md  # no paper number, no verdict
     assert "| | LS |\n" in md and "ProSelfLC" not in md  # a column the scale does not run is not shown
     accs = []
     for seed in (0, 1):
         with open(os.path.join(out, "table1-smoke", f"zero-ls-sym40-s{seed}", "summary.json")) as f:
             accs.append(json.load(f)["test_acc_mean"])
     mean, std = sum(accs) / 2, abs(accs[0] - accs[1]) / math.sqrt(2)  # sample std of two values
-    assert f"| Zero | {mean:.2f} ± {std:.2f} (paper 51.53) |" in md
+    assert f"| Zero | {mean:.2f} ± {std:.2f} |" in md
 
 
 def test_packed_runs_render_the_same_table_and_only_runs_with_the_grids_flags_enter_it(smoke, tmp_path):
@@ -258,6 +260,17 @@ def test_cells_are_mean_and_sample_std_over_the_asked_seeds(tmp_path):
     assert stats.mean_std([5.0]) == (5.0, None, 1)
 
 
+def test_an_interval_over_any_number_of_seeds_takes_students_t_quantile():
+    """11 and 31 seeds: t(0.975, 10) = 2.228 and t(0.975, 30) = 2.042 (printed tables), not the normal's 1.96,
+    which would make the intervals 12% and 4% too narrow."""
+    assert [round(stats.t975(df), 3) for df in (1, 4, 10, 30)] == [12.706, 2.776, 2.228, 2.042]
+    for n, t in ((11, 2.228), (31, 2.042)):
+        diffs = [float(i % 3) for i in range(n)]
+        m, s, _ = stats.mean_std(diffs)
+        mean, (lo, hi) = stats.interval(diffs)
+        assert mean == m and abs((hi - lo) / 2 - t * s / n ** 0.5) < 1e-3 * s
+
+
 def test_table1_verdict_compares_the_margin_with_the_spread(tmp_path):
     t = sweep.PRESETS["table1"][0]
     cells = {"zero": [58.0, 58.5, 57.5], "all": [57.0, 57.2, 57.4], "progressive": [61.2, 62.0, 62.8],
@@ -275,7 +288,11 @@ def test_paper_numbers_fit_their_tables():
     for tables in sweep.PRESETS.values():
         for t in tables:
             assert set(t["paper"]) <= {r[0] for r in t["rows"]} | {r[0] for r in t["missing"]}
-            assert all(len(v) == len(t["cols"]) for v in t["paper"].values())
+            # the paper's numbers are the table's first columns; a column beyond the paper's comes after them
+            assert len({len(v) for v in t["paper"].values()}) <= 1 and all(len(v) <= len(t["cols"])
+                                                                            for v in t["paper"].values())
+    t3 = sweep.PRESETS["table3"][0]
+    assert sweep.paper_of(t3, "ce", "sym40") == 56.82 and sweep.paper_of(t3, "ce", "idn40") is None
     assert sweep.paper_of(sweep.PRESETS["table2"][0], "progressive-mylc", "sym40") == 69.09
     assert sweep.paper_of(sweep.PRESETS["table4"][0], "mkd", "shufflenetv2") == 47.72
 
@@ -315,29 +332,50 @@ def test_cifar100n_runs_only_at_paper_scale(tmp_path):
 
 
 def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside_the_papers_numbers():
+    t = sweep.PRESETS["table3"][0]
     todo = paper_tables.jobs("table3", "paper", 1, "sweeps")
-    assert len(todo) == 17 * 4 and all(j["name"].endswith("-resnet50-s0") for j in todo)
+    assert len(todo) == len(t["rows"]) * len(t["cols"]) - len(t["skip"])
+    assert all(j["name"].endswith("-resnet50-s0") for j in todo)
     by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
     cp = by_name["coteach+-pair40-resnet50-s0"]
     assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)
     assert by_name["jocor-sym20-resnet50-s0"].jocor_lambda == 0.85
+    assert (by_name["zero-apl-sym40-resnet50-s0"].apl_alpha, by_name["zero-apl-sym40-resnet50-s0"].apl_beta) == (10, 0.1)
     assert by_name["zero-gce-sym40-resnet50-s0"].lc == "gce"
     assert by_name["zero-dmi-sym40-resnet50-s0"].warmup == 80 and by_name["zero-cdr-pair20-resnet50-s0"].cdr_rate == 0.2
-    assert (by_name["zero-trevision-sym40-resnet50-s0"].warmup, by_name["zero-trevision-sym40-resnet50-s0"]
-            .trevision_revise) == (15, 50)
+    for lc in ("trevision", "forward-anchor"):  # their CIFAR-100 code: T̂ after 15 epochs, each class's argmax
+        a = by_name[f"zero-{lc}-sym40-resnet50-s0"]
+        assert (a.warmup, a.anchor_percentile) == (15, 100)
+    assert by_name["zero-trevision-sym40-resnet50-s0"].trevision_revise == 50
     assert {by_name[f"zero-{lc}-sym20-resnet50-s0"].lc for lc in ("forward", "mentornet", "apl")} == {
         "forward", "mentornet", "apl"}
+    # the copy guide's η at K = 100, per column's rate: 4 at 20%, 2.5 at 40%
+    assert [by_name[f"progressive-mylc-{c}-eta{e}-resnet50-s0"].eta for c, e in (("sym20", 4), ("sym40", 2.5))] == [4, 2.5]
+    # the true T of Forward has no instance-dependent counterpart: no such cell, every other row has one
+    idn = {n for n in by_name if "-idn40-" in n}
+    assert "zero-forward-idn40-resnet50-s0" not in idn and len(idn) == len(t["rows"]) - 1
     # Joint's second step reads its first step's folder of the same column and seed, and starts after it
     step1, step2 = by_name["zero-joint-pair40-resnet50-s0"], by_name["zero-ce-pair40-after-joint-1-resnet50-s0"]
-    assert (step1.lc, step1.joint_begin, step2.lc) == ("joint", 0.35, "ce")
+    assert (step1.lc, step1.joint_begin, step1.joint_alpha, step1.joint_beta, step2.lc) == ("joint", 0.35, 1, 0.5, "ce")
     assert step2.labels_from == step1.out and {j["after"] for j in todo if j["after"]} == {
         by_name[n].out for n in by_name if n.startswith("zero-joint-")}
-    t = sweep.PRESETS["table3"][0]
     assert sweep.paper_of(t, "coteach+", "pair40") == 38.03 and sweep.paper_of(t, "gce", "sym40") == 57.97
     assert sweep.paper_of(t, "progressive-mylc", "sym40") == 64.30 and "jocor" not in t["paper"]
     assert sweep.paper_of(t, "cdr", "sym40") == 62.72 and sweep.paper_of(t, "joint", "pair20") == 67.35
     with pytest.raises(ValueError, match="runs only at --scale paper, fmnist, smoke"):
         paper_tables.jobs("table3", "demo", 1, "sweeps")
+
+
+def test_a_run_that_reads_another_is_a_new_run_when_that_ones_flags_change(monkeypatch):
+    """Joint's second step names its first step's folder; its key holds that step's flags, so that a sweep does not
+    skip a second step that read labels of a first step run with other settings."""
+    key = {j["name"]: j["key"] for j in paper_tables.jobs("table3", "fmnist", 1, "sweeps")}
+    authors = dict(paper_tables.AUTHORS, **{"joint-1": {"k10": (["--joint-alpha", "1", "--joint-beta", "0.5"], "x")}})
+    monkeypatch.setitem(paper_tables.PRESETS["table3"][0], "authors", authors)
+    moved = {j["name"]: j["key"] for j in paper_tables.jobs("table3", "fmnist", 1, "sweeps")}
+    step2 = "zero-ce-sym40-after-joint-1-s0"
+    assert moved["zero-joint-sym40-s0"] != key["zero-joint-sym40-s0"] and moved[step2] != key[step2]
+    assert moved["zero-ce-sym40-s0"] == key["zero-ce-sym40-s0"]
 
 
 def lr_at(epoch, schedule, decay=0.1):
@@ -360,63 +398,65 @@ def test_the_table3_schedule_is_the_presets_and_same_point_keeps_the_phase_of_th
         paper_tables.same_point(201, src, dst)
 
 
-def test_table3_at_fmnist_scale_is_its_sym40_column_with_each_stage_at_the_same_point_of_the_lr():
+def test_table3_at_fmnist_scale_is_its_sym40_and_idn40_columns_at_the_authors_ten_class_settings():
+    t = paper_tables.PRESETS["table3"][0]
     todo = paper_tables.jobs("table3", "fmnist", 1, "sweeps")
     by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
-    assert len(todo) == 17 and all("-sym40-" in n for n in by_name)
+    assert len(todo) == 2 * len(t["rows"]) - 1
+    assert all(("-sym40" in n) != ("-idn40" in n) for n in by_name)
     paper = {j["name"].replace("-resnet50", ""): config.resolve(config.get_args(j["argv"]))
              for j in paper_tables.jobs("table3", "paper", 1, "sweeps")}
     src, dst = paper_tables.R50_SCHEDULE, (80, (40, 60))
+    ten = {r: dict(zip(f[::2], f[1::2])) for r, f in ((r, x["k10"][0]) for r, x in paper_tables.AUTHORS.items())}
     for name, a in by_name.items():
-        b = paper[name]
-        assert (a.dataset, a.arch, a.lr, a.epochs, a.milestones, a.noise, a.rate, a.mode, a.lc) == (
-            "fashionmnist", "mlp,mlp", 0.05, 80, [40, 60], "sym", 0.4, b.mode, b.lc), name
-        # each stage begins in the same phase of the lr as at paper scale, DMI's L_DMI after the second decay
-        assert lr_at(a.warmup, dst) == lr_at(b.warmup, src), name
+        assert (a.dataset, a.arch, a.lr, a.epochs, a.milestones, a.rate) == (
+            "fashionmnist", "mlp,mlp", 0.05, 80, [40, 60], 0.4), name
+        b = paper.get(name.replace("-eta2", "-eta2.5"))
+        if b is None:
+            continue
+        assert (a.mode, a.lc, a.noise) == (b.mode, b.lc, b.noise), name
+        # each stage begins in the same phase of the lr as its paper-scale counterpart would, DMI's after the
+        # second decay
         assert lr_at(a.epochs - a.trevision_revise, dst) == lr_at(b.epochs - b.trevision_revise, src), name
-        if b.joint_begin != 0.35 or b.lc == "joint":  # a row that sets it
-            assert lr_at(round(a.joint_begin * a.epochs), dst) == lr_at(round(b.joint_begin * b.epochs), src)
-        assert a.coteach_plus_init == b.coteach_plus_init  # 4 epochs: the first phase is as long in both
-    t = paper_tables.PRESETS["table3"][0]  # each label says the stages its runs are given
-    assert [paper_tables.row_label(t, r, s) for r in ("dmi", "joint-1") for s in ("paper", "fmnist")] == [
-        "DMI (after 80 epochs of CE)", "DMI (after 60 epochs of CE)", "Joint, step 1 (relabelled from 0.35 of the run)",
-        "Joint, step 1 (relabelled from 0.6875 of the run)"]
-    assert paper_tables.row_label(t, "trevision", "fmnist").endswith("after 15 epochs of CE, reweighting, its ΔT in "
-                                                                     "the last 9)")
-    dmi, tr = by_name["zero-dmi-sym40-s0"], by_name["zero-trevision-sym40-s0"]
-    assert (dmi.warmup, tr.warmup, tr.trevision_revise, by_name["zero-joint-sym40-s0"].joint_begin) == (
-        60, 15, 9, 0.6875)
+        if b.lc == "dmi":
+            assert lr_at(a.warmup, dst) == lr_at(b.warmup, src), name
+    # the authors' ten-class (CIFAR-10) settings, where they differ from CIFAR-100's
+    apl, cp, jo = by_name["zero-apl-sym40-s0"], by_name["coteach+-idn40-s0"], by_name["jocor-sym40-s0"]
+    assert (apl.apl_alpha, apl.apl_beta, cp.coteach_plus_init, jo.jocor_lambda) == (1, 1, 19, 0.9)
+    for lc in ("trevision", "forward-anchor"):
+        a = by_name[f"zero-{lc}-idn40-s0"]
+        assert (a.warmup, a.anchor_percentile) == (20, 97) == (int(ten[lc]["--warmup"]), 97)
+    j = by_name["zero-joint-sym40-s0"]
+    assert (j.joint_alpha, j.joint_beta, j.joint_begin) == (1.2, 0.8, 0.6875)
+    # CMD-P at η = 4 and at the copy guide's start for K = 10 and 40%, below the bound 2.7
+    assert by_name["progressive-mylc-sym40-s0"].eta == 4 and by_name["progressive-mylc-idn40-eta2-s0"].eta == 2 < 2.7
+    assert by_name["progressive-proselflc-sym40-eta2-s0"].eta == 2
+    assert "zero-forward-idn40-s0" not in by_name and by_name["zero-forward-anchor-idn40-s0"].noise == "idn"
+    labels = {r: paper_tables.row_label(t, r, "fmnist") for r, _, _ in t["rows"]}
+    assert labels["apl"] == "APL (NCE+RCE, α 1, β 1) [their CIFAR-10 config]"
+    assert labels["dmi"] == "DMI (after 60 epochs of CE)" and paper_tables.row_label(t, "dmi", "paper") == \
+        "DMI (after 80 epochs of CE)"
+    assert labels["progressive-mylc-start"] == "CMD-P+MyLC (η = 2, the copy guide's start)"
+    assert paper_tables.row_label(t, "progressive-mylc-start", "paper") == \
+        "CMD-P+MyLC (η = 4/2.5/4/2.5/2.5, the copy guide's start)"  # per column: pair 20, 40, sym 20, 40, idn 40
+    assert labels["trevision"].endswith("after 20 epochs of CE, anchors below the 97th percentile, reweighting, its ΔT "
+                                        "in the last 9) [their CIFAR-10 settings]")
 
 
-def test_table3_at_smoke_scale_runs_every_row_beside_its_papers_number(tmp_path, capsys):
-    """Every row of Table 3 this project trains, one epoch each on synthetic data, its number beside the paper's;
-    the paper's rows it does not train, with their numbers and why."""
+def test_table3_at_smoke_scale_runs_every_row_and_says_it_ranks_nothing(tmp_path, capsys):
+    """Every row of Table 3 this project trains, one epoch each on synthetic data (three for a row with stages). A
+    smoke run's numbers check that each row runs: the table says so first, and shows no paper number and no verdict."""
     out = str(tmp_path / "sweeps")
     assert sweep.main(["table3", "--scale", "smoke", "--out", out, "--jobs", "2"]) == 0
     md = open(os.path.join(out, "table3-smoke.md")).read()
     t = sweep.PRESETS["table3"][0]
+    assert md.split("\n")[2] == paper_tables.CHECK_ONLY["smoke"][0].upper() + paper_tables.CHECK_ONLY["smoke"][1:] + "."
     for row, _, _ in t["rows"]:
         label = paper_tables.row_label(t, row, "smoke")
         line = next(ln for ln in md.splitlines() if ln.startswith(f"| {label} |"))
-        cell = line.split(" | ")[1]
-        assert re.match(r"\d+\.\d\d", cell), line  # trained
-        assert (row not in t["paper"] and "paper" not in cell) or f"(paper {t['paper'][row][0]:.2f})" in cell, line
-    for row, label, why in t["missing"]:
-        assert f"| {label} ({why}) | – (paper {t['paper'][row][0]:.2f}) |" in md
-    # the paper's claim, its proposed row above every other: the paired difference of each seed's final accuracy
-    summary = lambda row: json.load(open(os.path.join(  # noqa: E731
-        out, "table3-smoke", paper_tables.run_name(paper_tables.cell_flags(t, row, "pair20", "smoke")) + "-s0",
-        "summary.json")))[paper_tables.MEAN]
-    lines = md.split("### Does CMD-P+MyLC beat every other row?")[1].split("###")[0].splitlines()
-    for row, _, _ in t["rows"]:
-        line = [ln for ln in lines if ln.startswith(f"| {paper_tables.row_label(t, row, 'smoke')} |")]
-        if row == t["proposed"]:
-            assert not line
-            continue
-        diff = summary(t["proposed"]) - summary(row)
-        assert line == [f"| {paper_tables.row_label(t, row, 'smoke')} | {diff:+.2f}, ahead in {int(diff > 0)}/1 |"]
-    assert "### Diagnostics" in md
-
+        assert re.fullmatch(r"\d+\.\d\d", line.split(" | ")[1].rstrip(" |")), line  # trained, nothing beside it
+    assert "(paper " not in md.split("## Table 3")[1].split("###")[0] and "S2E" not in md
+    assert "beat every other row" not in md and "Preconditions" not in md and "### Diagnostics" in md
 
 
 @pytest.mark.parametrize("extra,error", [
@@ -462,9 +502,8 @@ def test_demo_preset_at_smoke_size_writes_entropy_histograms_the_table_and_its_d
     res = cli("sweep.py", "demo", "--scale", "smoke", "--seeds", "1", "--out", out, "--jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr
     md = open(os.path.join(out, "demo-smoke.md")).read()
-    assert "| CE, zero knowledge | " in md and "(paper 47.20)" in md and "### Diagnostics" in md
-    assert "CPU (" in md and "2 runs at a time" in md
-    assert re.search(r"- CE, zero knowledge: memorised \d\.\d\d, best - final -?\d+\.\d points: (hold|do not hold)", md)
+    assert "| CE, zero knowledge | " in md and "paper" not in md.split("## ")[1] and "### Diagnostics" in md
+    assert "CPU (" in md and "2 runs at a time" in md and "Preconditions" not in md  # smoke: no verdict
     f = dict(zip(paper_tables.SMOKE_FLAGS[::2], paper_tables.SMOKE_FLAGS[1::2]))
     clean = datasets.load_dataset("synthetic", None, synthetic=datasets.Synthetic(
         size=int(f["--synthetic-size"]), test_size=int(f["--synthetic-test-size"]),

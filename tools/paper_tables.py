@@ -7,7 +7,10 @@ NOT_CPU_SCALES -- presets whose rows carry their authors' settings: --scale pape
            the same points of its schedule), or smoke to check they run
 MEAN    -- the summary.json key the paper reports: the mean of the two models' final test accuracies
 
+AUTHORS -- Table 3's rows at their authors' settings, per dataset family (FAMILY: CIFAR-100 at paper scale, their
+           K = 10 setting below it), each cited to the file it is read from
 SCALES  -- what each sweep.py --scale adds to every run (paper, fmnist, demo, benign, smoke)
+CHECK_ONLY -- the scales whose numbers only check that every row runs: their tables rank nothing
 same_point -- an epoch of one lr schedule at the same point of another (a stage's start at --scale fmnist)
 grid, cell_flags, row_label, run_name, jobs, claim, same_run -- which cells a scale runs, a cell's train.py flags,
            a row's label at a scale and a cell's folder name, the command lines of a preset, a run's folder and
@@ -21,11 +24,16 @@ import json
 import os
 import re
 
+import schedule
 from training import runfiles
 from training.errors import UserError
 
+ETA_START = "@eta-start"  # --eta's value in a row at the copy guide's η: schedule.eta_start for the scale's K and the
+# column's noise rate (2 at K = 10 and 40%)
 AFTER = "@row:"  # a flag's value that names another row of its table: the folder of that row's run of the same
 # column and seed, which the run reads (Joint optimisation's second step, --labels-from its first); it starts after
+# it. In a run's key (sweep.json) the value also holds that row's flags (cell_flags, after "|"), so that a run whose
+# first step changed is a run of other flags, never one a sweep skips as finished
 
 # ---------------------------------------------------------------- the paper's numbers
 # Mean final test accuracy (%) of the two models, one list per row in the column order of PRESETS.
@@ -81,17 +89,60 @@ def sym(*pcts):
     return [(f"sym{p}", f"Sym {p}%", noise("sym", p), MEAN) for p in pcts]
 
 
-def table(key, title, base, rows, cols, missing=(), smoke_rows=2, proposed=None, schedule=None):
+# Table 3's rows at their authors' settings for the dataset family a scale runs (FAMILY): "cifar100" is the paper's
+# Table 3 (CIFAR-100, paper scale); "k10" the ten-class setting of the same code, for Fashion-MNIST (fmnist scale) and
+# the smoke runs. For K = 10 the authors' CIFAR-10 settings: none of them gives one for a 10-class Fashion-MNIST, and
+# CIFAR-10 is the 10-class data set every one of them ran with a network that memorises (their MNIST settings are
+# tuned where CE reaches 99%: APL's β = 10 with weight decay 1e-2, Co-teaching+'s 0 epochs of Co-teaching). Stage
+# lengths are epochs of the paper scale's 200 (their CIFAR runs are 200 epochs), moved by same_point below it. The
+# files: HanxunH/Active-Passive-Losses, xingruiyu/coteaching_plus, hongxin001/JoCoR, giorgiop/loss-correction,
+# xiaoboxia/T-Revision, DaikiTanaka-UT/JointOptimization. Where a row is absent, its settings are one for every
+# family: GCE's q = 0.7 (their paper's, for CIFAR and Fashion-MNIST), CDR's τ = the noise rate (main.py), MentorNet
+# PD's percentile 0.7 (their flag's default, which their CIFAR commands end up running), DMI's CE warm-up to the
+# last lr phase (their CIFAR-10 code: CE for its whole schedule, then L_DMI).
+FAMILY = {"paper": "cifar100", "fmnist": "k10", "smoke": "k10"}
+FAMILY_NAME = {"cifar100": "CIFAR-100", "k10": "CIFAR-10"}
+AUTHORS = {
+    # configs/cifar100/sym/nce+rce.yaml: alpha 10.0, beta 0.1; configs/cifar10/sym/nce+rce.yaml: alpha 1.0, beta 1.0
+    "apl": {"cifar100": (["--apl-alpha", "10", "--apl-beta", "0.1"], "their CIFAR-100 config"),
+            "k10": (["--apl-alpha", "1", "--apl-beta", "1"], "their CIFAR-10 config")},
+    # main.py: init_epoch = 5 (cifar100), 20 (cifar10); their epochs count from 1, so 4 and 19 of Co-teaching
+    "coteach+": {"cifar100": (["--coteach-plus-init", "4"], "their CIFAR-100 init_epoch"),
+                 "k10": (["--coteach-plus-init", "19"], "their CIFAR-10 init_epoch")},
+    # README, "About Lambda": "the best lambda for CIFAR10 with 20%,50% and asym 40% noise is 0.9", "For Cifar100
+    # ... 0.85"
+    "jocor": {"cifar100": (["--jocor-lambda", "0.85"], "their CIFAR-100 λ"),
+              "k10": (["--jocor-lambda", "0.9"], "their CIFAR-10 λ")},
+    # loss-correction experiment.py: filter_outlier False for cifar100 (the argmax), True elsewhere (97th percentile);
+    # the warm-up T-revision estimates T̂ after (below)
+    "forward-anchor": {"cifar100": (["--warmup", "15", "--anchor-percentile", "100"], "their CIFAR-100 anchors"),
+                       "k10": (["--warmup", "20", "--anchor-percentile", "97"], "their CIFAR-10 anchors")},
+    # T-Revision main.py: n_epoch_estimate 15 and estimate_state False (the argmax) for cifar100; 20 and True (97th
+    # percentile, tools.fit) for cifar10
+    "trevision": {"cifar100": (["--warmup", "15", "--anchor-percentile", "100"], "their CIFAR-100 settings"),
+                  "k10": (["--warmup", "20", "--anchor-percentile", "97"], "their CIFAR-10 settings")},
+    # first_step_train.py's defaults alpha 1.0, beta 0.5 (no CIFAR-100 setting); README, CIFAR-10 symmetric noise
+    # (their one symmetric command, at 70%): --alpha 1.2 --beta 0.8
+    "joint-1": {"cifar100": (["--joint-alpha", "1", "--joint-beta", "0.5"], "their code's defaults"),
+                "k10": (["--joint-alpha", "1.2", "--joint-beta", "0.8"], "their CIFAR-10 symmetric setting")},
+}
+
+
+def table(key, title, base, rows, cols, missing=(), smoke_rows=2, proposed=(), schedule=None, authors=None,
+          skip=None):
     """A table: a cell (row, col) is one train.py run with flags base + row flags + col flags.
 
     rows: (key, label, flags). cols: (key, label, flags, the summary.json number a cell shows). missing: (key,
     label, why) of the paper's rows this project does not train, shown with the paper's numbers alone.
-    smoke_rows: how many rows --scale smoke runs (None: every row). proposed: the row of the paper's method, which
-    the table claims beats every other row (sweep.py pairs it with each). schedule: (epochs, milestones) of the
-    paper-scale runs, in whose epochs the rows' stages (STAGE_FLAGS) count.
+    smoke_rows: how many rows --scale smoke runs (None: every row). proposed: the rows of the paper's method, which
+    the table claims beat every other row (sweep.py pairs each with every other). schedule: (epochs, milestones) of
+    the paper-scale runs, in whose epochs the rows' stages (STAGE_FLAGS) count. authors: {row: {family: (flags,
+    whose setting)}}, each row's authors' settings per dataset family (FAMILY), added to its flags. skip: {(row,
+    col): why} the cells that cannot run, shown with why.
     """
     return dict(key=key, title=title, base=base, rows=rows, cols=cols, paper=PAPER.get(key, {}), missing=missing,
-                smoke_rows=smoke_rows, proposed=proposed, schedule=schedule)
+                smoke_rows=smoke_rows, proposed=tuple(proposed), schedule=schedule, authors=authors or {},
+                skip=skip or {})
 
 
 R34, PAIR = ["--arch", "resnet34"], ["--arch", "resnet18,shufflenetv2"]
@@ -121,35 +172,45 @@ PRESETS = {
                       ("static-mylc", "CMD-S+MyLC", method("static", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
                      [*PAIR_NOISE, *sym(20, 40), ("clean", "Clean", noise("none", 0), MEAN)])],
-    # The comparators of baselines.py train on the given labels with tau = the noise rate (the authors' code).
-    # Co-teaching+ and JoCoR take their authors' CIFAR-100 settings: 4 initial epochs of Co-teaching (their
-    # init_epoch 5, epochs counted from 1), lambda = 0.85 (JoCoR's README).
+    # The comparators of baselines.py train on the given labels with tau = the noise rate (the authors' code); each
+    # row takes its authors' settings for the scale's data (AUTHORS). The IDN column is not the paper's: the
+    # instance-dependent noise of CDR's and T-revision's experiments. CMD-P's rows run at the project's η = 4 and
+    # at the copy guide's (ETA_START).
     "table3": [table("table3", "Table 3: learning-with-noisy-labels methods (ResNet50, CIFAR-100)", R50,
                      [("ce", "CE", method("zero", "ce")),
                       ("gce", "GCE", method("zero", "gce")),
                       ("coteach", "Co-teaching", method("coteach")),
-                      ("coteach+", "Co-teaching+", method("coteach+") + ["--coteach-plus-init", "4"]),
+                      ("coteach+", "Co-teaching+ (Co-teaching in its first {--coteach-plus-init} epochs)",
+                       method("coteach+")),
                       ("forward", "Forward (the true T)", method("zero", "forward")),
+                      ("forward-anchor", "Forward (T̂ after {--warmup} epochs of CE, anchors below the "
+                                         "{--anchor-percentile}th percentile)", method("zero", "forward-anchor")),
                       ("mentornet", "MentorNet PD (self-paced, no clean data)", method("zero", "mentornet")),
                       ("dmi", "DMI (after {--warmup} epochs of CE)", method("zero", "dmi") + ["--warmup", "80"]),
-                      ("apl", "APL (NCE+RCE)", method("zero", "apl")),
+                      ("apl", "APL (NCE+RCE, α {--apl-alpha}, β {--apl-beta})", method("zero", "apl")),
                       ("cdr", "CDR", method("zero", "cdr")),
-                      ("trevision", "T-revision (T̂ after {--warmup} epochs of CE, reweighting, its ΔT in the last "
-                                    "{--trevision-revise})",
-                       method("zero", "trevision") + ["--warmup", "15", "--trevision-revise", "50"]),
+                      ("trevision", "T-revision (T̂ after {--warmup} epochs of CE, anchors below the "
+                                    "{--anchor-percentile}th percentile, reweighting, its ΔT in the last "
+                                    "{--trevision-revise})", method("zero", "trevision") + ["--trevision-revise", "50"]),
                       ("proselflc", "ProSelfLC", method("zero", "proselflc")),
-                      ("progressive-proselflc", "CMD-P+ProSelfLC", method("progressive", "proselflc")),
+                      ("progressive-proselflc", "CMD-P+ProSelfLC (η = 4)", method("progressive", "proselflc")),
+                      ("progressive-proselflc-start", "CMD-P+ProSelfLC (η = {--eta}, the copy guide's start)",
+                       method("progressive", "proselflc") + ["--eta", ETA_START]),
                       ("mylc", "MyLC", method("zero", "mylc")),
-                      ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc")),
-                      ("joint-1", "Joint, step 1 (relabelled from {--joint-begin} of the run)",
-                       method("zero", "joint") + ["--joint-begin", "0.35"]),
+                      ("progressive-mylc", "CMD-P+MyLC (η = 4)", method("progressive", "mylc")),
+                      ("progressive-mylc-start", "CMD-P+MyLC (η = {--eta}, the copy guide's start)",
+                       method("progressive", "mylc") + ["--eta", ETA_START]),
+                      ("joint-1", "Joint, step 1 (α {--joint-alpha}, β {--joint-beta}, relabelled from "
+                                  "{--joint-begin} of the run)", method("zero", "joint") + ["--joint-begin", "0.35"]),
                       ("joint", "Joint (step 2: new networks on step 1's labels)",
                        method("zero", "ce") + ["--labels-from", AFTER + "joint-1"]),
-                      ("jocor", "JoCoR (not in the paper)", method("jocor") + ["--jocor-lambda", "0.85"])],
-                     [*PAIR_NOISE, *sym(20, 40)],
+                      ("jocor", "JoCoR (λ {--jocor-lambda}; not in the paper)", method("jocor"))],
+                     [*PAIR_NOISE, *sym(20, 40), ("idn40", "IDN 40%", noise("idn", 40), MEAN)],
                      missing=[("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
                                              "rewarded on clean test labels (docs/training.md)")],
-                     smoke_rows=None, proposed="progressive-mylc", schedule=R50_SCHEDULE)],
+                     smoke_rows=None, proposed=("progressive-mylc", "progressive-mylc-start"), schedule=R50_SCHEDULE,
+                     authors=AUTHORS, skip={("forward", "idn40"): "instance-dependent noise has no class-level T to "
+                                                                  "give it: see Forward (T̂)"})],
     # Self KD rows train each model alone: zero knowledge. "Different" is one run of a ResNet18 (A)
     # beside a ShuffleNetV2 (B), so its two columns are that run's test_acc_a and test_acc_b.
     "table4": [table("table4", "Table 4: self KD and MKD methods on different and same architectures "
@@ -199,9 +260,10 @@ PAPER_SCALE_ONLY = {"cifar100n": "it trains on CIFAR-100 with the CIFAR-100N lab
                                  "no other scale's data has a counterpart of; run it with --scale paper"}
 # Presets whose rows carry their authors' CIFAR-100 settings: a CPU scale's numbers would mean nothing of theirs, so
 # only --scale paper, and smoke, which checks that every row runs.
-NOT_CPU_SCALES = {"table3": "its rows carry their authors' CIFAR-100 settings (Co-teaching+'s initial epochs, "
-                            "JoCoR's λ, DMI's warm-up), which mean nothing on synthetic data; run it with --scale "
-                            "paper, --scale fmnist (real data), or --scale smoke to check that every row runs"}
+NOT_CPU_SCALES = {"table3": "its rows carry their authors' settings for CIFAR-100 or a ten-class data set "
+                            "(Co-teaching+'s initial epochs, JoCoR's λ, APL's α and β: paper_tables.AUTHORS), which "
+                            "mean nothing on synthetic data; run it with --scale paper, --scale fmnist (real data), or "
+                            "--scale smoke to check that every row runs"}
 AUTHORS_SCALES = ("paper", "fmnist", "smoke")  # the scales NOT_CPU_SCALES's presets run at
 
 
@@ -225,13 +287,23 @@ SMOKE_FLAGS = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "1", "--sy
 # fixed from zero knowledge before any CMD row ran (docs/fmnist-regime.md): a fixed 8,000 of Fashion-MNIST's training
 # images (--subset-seed 0), a clean 10% of them kept for validation, the mlp, no augmentation, no weight decay, 80
 # epochs at lr 0.05 divided by 10 at 40 and 60 (zero knowledge memorises 0.82 of the noisy labels there at 40%).
-# Each table's Sym 40% column runs (a table without one: all its columns). Fashion-MNIST's files: train.py's
-# --data-dir (after --), else downloaded.
+# Each table's Sym 40% and IDN 40% columns run (FMNIST_COLS; a table with neither: all its columns). Fashion-MNIST's
+# files: train.py's --data-dir (after --), else downloaded.
 FMNIST_REGIME = ["--arch", "mlp", "--subset", "8000", "--subset-seed", "0", "--val-split", "0.1", "--augment", "none",
                  "--weight-decay", "0", "--epochs", "80", "--milestones", "40,60", "--batch-size", "128"]
 FMNIST_FLAGS = ["--dataset", "fashionmnist", *FMNIST_REGIME, "--lr", "0.05"]
+FMNIST_COLS = ("sym40", "idn40")
 SCALES = {"paper": ["--dataset", "cifar100"], "fmnist": FMNIST_FLAGS, "demo": DEMO_FLAGS, "benign": BENIGN_FLAGS,
           "smoke": SMOKE_FLAGS}
+CHECK_ONLY = {"smoke": "a smoke run trains each row for an epoch or three on 128 synthetic images: its numbers check "
+                       "that every row runs, and say nothing about the methods"}
+CLASSES = {"cifar100": 100, "fashionmnist": 10}  # K of the scales' data sets; synthetic: --synthetic-classes
+
+
+def scale_classes(scale):
+    """K, the number of classes of the scale's data."""
+    f = dict(zip(SCALES[scale][::2], SCALES[scale][1::2]))
+    return CLASSES.get(f["--dataset"]) or int(f.get("--synthetic-classes", 10))
 # Cells the CPU scales run, {table key: (row keys or None for all, col keys or None)}; others: the whole grid.
 DEMO_GRID = {"table1": (None, ["mylc"]), "table2": (None, ["sym40"])}
 
@@ -243,11 +315,11 @@ def grid(t, scale):
     if scale == "smoke":
         rows, cols = rows[:t["smoke_rows"]], cols[:1]
     elif scale == "fmnist":
-        cols = [c for c in cols if c == "sym40"] or cols
+        cols = [c for c in cols if c in FMNIST_COLS] or cols
     elif scale in ("demo", "benign"):
         want_rows, want_cols = DEMO_GRID.get(t["key"], (None, None))
         rows, cols = want_rows or rows, want_cols or cols
-    return [(r, c) for r in rows for c in cols]
+    return [(r, c) for r in rows for c in cols if (r, c) not in t["skip"]]
 
 
 STAGES = {"--warmup": "1", "--trevision-revise": "1", "--joint-begin": None}  # a row's stages: at smoke scale each
@@ -292,10 +364,17 @@ def moved_stages(flags, src, dst):
 
 def row_label(t, row, scale):
     """A row's label at this scale: each {--flag} in it the value the row's runs are given (a stage moves with the
-    scale: DMI "after {--warmup} epochs of CE" reads 80 at paper scale, 60 at fmnist)."""
-    flags = cell_flags(t, row, grid(t, scale)[0][1], scale)
-    given = dict(zip(flags[::2], flags[1::2]))
-    return re.sub(r"\{(--[a-z-]+)\}", lambda m: given[m.group(1)], dict((r[0], r[1]) for r in t["rows"])[row])
+    scale: DMI "after {--warmup} epochs of CE" reads 80 at paper scale, 60 at fmnist; where the columns give it
+    different values, each in the columns' order, joined by /), then whose settings it runs (AUTHORS)."""
+    given = [dict(zip(f[::2], f[1::2])) for f in (cell_flags(t, row, c, scale) for r, c in grid(t, scale) if r == row)]
+
+    def value(m):
+        values = [g[m.group(1)] for g in given]
+        return values[0] if len(set(values)) == 1 else "/".join(values)
+
+    label = re.sub(r"\{(--[a-z-]+)\}", value, dict((r[0], r[1]) for r in t["rows"])[row])
+    whose = t["authors"].get(row, {}).get(FAMILY.get(scale))
+    return label + (f" [{whose[1]}]" if whose else "")
 
 
 def run_key(scale, flags, seed):
@@ -307,9 +386,15 @@ def run_key(scale, flags, seed):
 
 
 def cell_flags(t, row, col, scale):
-    """train.py flags of one cell; below paper scale every --arch gives way to the scale's network; at smoke scale
-    a row with stages (STAGES) runs SMOKE_STAGED epochs, a stage one epoch each."""
-    flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + dict((c[0], c[2]) for c in t["cols"])[col]
+    """train.py flags of one cell: the table's, the row's, its authors' settings for the scale's data (AUTHORS),
+    the column's; below paper scale every --arch gives way to the scale's network; at smoke scale a row with
+    stages (STAGES) runs SMOKE_STAGED epochs, a stage one epoch each."""
+    whose = t["authors"].get(row, {}).get(FAMILY.get(scale), ([],))
+    col_flags = dict((c[0], c[2]) for c in t["cols"])[col]
+    flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + whose[0] + col_flags
+    if ETA_START in flags:  # the copy guide's η for the scale's K and the column's noise rate
+        rate = float(dict(zip(col_flags[::2], col_flags[1::2])).get("--rate", 0))
+        flags = [f"{schedule.eta_start(scale_classes(scale), rate):g}" if f == ETA_START else f for f in flags]
     if scale != "paper":
         i = flags.index("--arch") if "--arch" in flags else None
         flags = flags if i is None else flags[:i] + flags[i + 2:]
@@ -318,7 +403,13 @@ def cell_flags(t, row, col, scale):
         flags += ["--epochs", SMOKE_STAGED]
     if scale == "fmnist" and t["schedule"]:
         flags = moved_stages(flags, t["schedule"], schedule_of(FMNIST_FLAGS))
-    return flags
+    return [f"{f}|{' '.join(cell_flags(t, f[len(AFTER):], col, scale))}" if isinstance(f, str) and
+            f.startswith(AFTER) else f for f in flags]
+
+
+def after_row(value):
+    """The row an AFTER value names (cell_flags adds that row's flags after "|")."""
+    return value[len(AFTER):].split("|")[0]
 
 
 def after(t, flags, col, scale, seed, sweep_dir):
@@ -326,7 +417,7 @@ def after(t, flags, col, scale, seed, sweep_dir):
     out, dep = list(flags), None
     for i, v in enumerate(out):
         if isinstance(v, str) and v.startswith(AFTER):
-            dep = out[i] = os.path.join(sweep_dir, f"{run_name(cell_flags(t, v[len(AFTER):], col, scale))}-s{seed}")
+            dep = out[i] = os.path.join(sweep_dir, f"{run_name(cell_flags(t, after_row(v), col, scale))}-s{seed}")
     return out, dep
 
 
@@ -339,7 +430,7 @@ def run_name(flags):
     else:
         parts.append("clean" if f["--noise"] == "none" else f"{f['--noise']}{round(100 * float(f['--rate']))}")
     parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b", "--peers") if k in f]
-    parts += [f"after-{f['--labels-from'][len(AFTER):]}"] if f.get("--labels-from", "").startswith(AFTER) else []
+    parts += [f"after-{after_row(f['--labels-from'])}"] if f.get("--labels-from", "").startswith(AFTER) else []
     return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
 
 

@@ -44,8 +44,8 @@ import numpy as np
 
 from label_correction import LABEL_CORRECTIONS
 from mutual import MODES
-from noise import NOISE, transition_matrix
-from schedule import chi
+from noise import NOISE
+from schedule import chi, noise_entropy
 from training import runfiles
 from training.runfiles import WORDS
 from training.errors import Parser, UserError, one_line
@@ -439,13 +439,6 @@ def plot_sweep(plt, sweep_dir, path):
 ETA_RULE = dict(etas=(1.0, 2.0, 4.0), bs=(0.0, -5.0), classes=(10, 100), rates=(0.2, 0.4, 0.6), steps=200)
 
 
-def noise_entropy(rate, num_classes):
-    """H_ν: the entropy of a clean label's row of noise.transition_matrix("sym", ν, K), the prediction of a network
-    that has learned the noisy labels and not memorised them: −(1 − ν) ln(1 − ν) − ν ln(ν/(K − 1))."""
-    row = transition_matrix("sym", rate, num_classes)[0]
-    return float(-(row * np.log(row)).sum())
-
-
 def plot_eta_rule(plt, path, etas, bs, classes, rates, steps):
     """eta-rule.png: schedule.chi over a run (t from 0 to Γ) for each η (a colour) and b (CMD-S dashed, CMD-P
     solid), a panel per K, with H_ν of symmetric noise at each rate as a grey line. A prediction is taught where
@@ -460,7 +453,7 @@ def plot_eta_rule(plt, path, etas, bs, classes, rates, steps):
                 ax.plot(t, [chi(x, total, k, eta, b) for x in t], color=f"C{i}", ls="--" if b == 0 else "-",
                         label=f"η = {number(eta)}, b = {number(b)}" + (" (CMD-S)" if b == 0 else " (CMD-P)"))
         for rate in rates:
-            h = noise_entropy(rate, k)
+            h = noise_entropy(rate, k)  # schedule.noise_entropy
             ax.axhline(h, color="0.5", lw=0.8, ls=":")
             ax.annotate(f"$H_\\nu$, ν = {rate:g}", (total, h), xytext=(-2, 2), textcoords="offset points", ha="right",
                         va="bottom", fontsize=7, color="0.35")

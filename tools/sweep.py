@@ -44,8 +44,8 @@ import time
 import warnings
 
 from tools import slurm
-from tools.paper_tables import (KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, grid, jobs,
-                                row_label, run_key, run_name, same_run)
+from tools.paper_tables import (CHECK_ONLY, KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, grid,
+                                jobs, row_label, run_key, run_name, same_run)
 from tools.stats import final, mean_std, paired
 from training import runfiles
 from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
@@ -207,6 +207,8 @@ def load_cells(t, scale, seeds, sweep_dir, failed=(), waiting=None):
     cells = {}
     for row in t["rows"]:
         for col in t["cols"]:
+            if (row[0], col[0]) in t["skip"]:
+                continue
             values = []
             for d in finished_runs(t, row[0], col[0], scale, seeds, sweep_dir).values():
                 with open(os.path.join(d, "summary.json")) as f:
@@ -274,11 +276,19 @@ DIAGNOSTICS = [("best", "best epoch's test acc", "{:.1f}"), ("drop", "best - fin
 def render_diagnostics(t, scale, seeds, sweep_dir):
     """Per row, mean ± std over seeds of run_diagnostics; and whether the demo's preconditions hold on zero
     knowledge: at least 30% of the noisy labels memorised at the end, final accuracy below the best epoch."""
-    col = grid(t, scale)[0][1]
-    lines = ["### Diagnostics (means over epochs and over A and B; mean ± std over seeds)", "",
+    return sum((diagnostics_of(t, scale, seeds, sweep_dir, col) for col in scale_cols(t, scale)), [])
+
+
+def diagnostics_of(t, scale, seeds, sweep_dir, col):
+    """render_diagnostics' table of one column: col, a column of t (key, label, flags, number)."""
+    many = len(scale_cols(t, scale)) > 1
+    lines = [f"### Diagnostics{', ' + col[1] if many else ''} (means over epochs and over A and B; mean ± std over "
+             f"seeds)", "",
              "| | " + " | ".join(label for _, label, _ in DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
-    got = {}
+    col, got = col[0], {}
     for row, _, _ in t["rows"]:
+        if (row, col) in t["skip"]:
+            continue
         label = row_label(t, row, scale)
         rows = [metrics_rows(d) for d in finished_runs(t, row, col, scale, seeds, sweep_dir).values()]
         runs = [dict(diagnostics(r), early=early_stopped(r) if "val_acc_mean" in r[0] else None) for r in rows]
@@ -291,7 +301,7 @@ def render_diagnostics(t, scale, seeds, sweep_dir):
             cells.append("–" if math.isnan(m) else form.format(m) + ("" if s is None else " ± " + form.format(s)))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     zero = [r for r in ("ce", "zero") if r in got]
-    if zero:
+    if zero and scale not in CHECK_ONLY:
         lines += ["", "Preconditions, on the zero-knowledge rows (measured before any CMD row is looked at): "
                   "at least 30% of the noisy labels memorised at the end, and final accuracy clearly below "
                   "the best epoch's."]
@@ -312,8 +322,10 @@ def fmt(stat, seeds):
 
 
 def paper_of(t, row, col):
-    values = t["paper"].get(row)
-    return None if values is None else values[[c[0] for c in t["cols"]].index(col)]
+    """The paper's number of a cell; None where the paper has no such row, or no such column (its lists follow the
+    table's columns, and a column beyond the paper's comes after them)."""
+    values, i = t["paper"].get(row), [c[0] for c in t["cols"]].index(col)
+    return None if values is None or i >= len(values) else values[i]
 
 
 SCALE_DATA = {"fmnist": "Fashion-MNIST, an mlp pair"}  # what a table's title names at a scale below paper
@@ -328,20 +340,24 @@ def render_table(t, cells, seeds, scale="paper"):
     """The table's columns that this scale runs, each cell beside the paper's number."""
     cols = scale_cols(t, scale)
     here = "" if scale == "paper" else f", here at {scale} scale: {SCALE_DATA.get(scale, 'synthetic data')}"
+    beside = scale not in CHECK_ONLY  # a scale that ranks nothing shows no paper number to compare with
     lines = [f"## {t['title']}{here}", "", "| | " + " | ".join(c[1] for c in cols) + " |",
              "|---" * (len(cols) + 1) + "|"]
     for row, _, _ in t["rows"]:
         label = row_label(t, row, scale)
         out = []
         for col in cols:
-            p = paper_of(t, row, col[0])
-            out.append((fmt(cells[row, col[0]], seeds) if (row, col[0]) in cells else "not run")
-                       + ("" if p is None else f" (paper {p:.2f})"))
+            p = paper_of(t, row, col[0]) if beside else None
+            out.append(("–" if (row, col[0]) in t["skip"] else fmt(cells[row, col[0]], seeds)
+                        if (row, col[0]) in cells else "not run") + ("" if p is None else f" (paper {p:.2f})"))
         lines.append(f"| {label} | " + " | ".join(out) + " |")
-    for row, label, why in t["missing"]:  # the paper's rows not trained here: their numbers, and why
+    for row, label, why in t["missing"] if beside else ():  # the paper's rows not trained here: their numbers, why
         lines.append(f"| {label} ({why}) | " + " | ".join(
             "–" if paper_of(t, row, c[0]) is None else f"– (paper {paper_of(t, row, c[0]):.2f})" for c in cols)
                      + " |")
+    skipped = [(r, c) for r, c in t["skip"] if c in {col[0] for col in cols}]
+    notes = [f"{row_label(t, r, scale)} has no {dict((c[0], c[1]) for c in cols)[col]} cell: {t['skip'][r, col]}."
+             for r, col in skipped]
     keys = sorted({c[3] for c in cols})
     what = f"mean ± sample std (ddof=1) over {seeds} seeds" if seeds > 1 else "one seed"
     short = [v[2] for v in cells.values() if not isinstance(v, str) and v[2] < seeds]  # the cells fmt marks (n=k)
@@ -352,15 +368,15 @@ def render_table(t, cells, seeds, scale="paper"):
         note = (f" {join([f'(n={k})' for k in ks], 'and')} {'marks' if len(ks) == 1 else 'mark'} "
                 f"{'the cell' if len(short) == 1 else f'the {len(short)} cells'} where only "
                 f"{join([str(k) for k in ks], 'or')} of the {seeds} seeds finished.")
-    return lines + ["", f"Cell: `{'`, `'.join(keys)}` of summary.json (final test accuracy, %), {what}.{note}", ""]
+    return lines + ["", f"Cell: `{'`, `'.join(keys)}` of summary.json (final test accuracy, %), {what}.{note}"
+                    + "".join(" " + n for n in notes), ""]
 
 
-def render_paired(t, scale, seeds, sweep_dir):
-    """The table's claim, that its proposed row beats every other: per column the scale runs, the proposed row's
-    final test accuracy minus each other row's, paired by seed (tools.stats.paired)."""
+def render_paired(t, scale, seeds, sweep_dir, p):
+    """The table's claim, that its proposed row p beats every other: per column the scale runs, p's final test
+    accuracy minus each other row's, paired by seed (tools.stats.paired)."""
     cols = scale_cols(t, scale)
     label = {r[0]: row_label(t, r[0], scale) for r in t["rows"]}
-    p = t["proposed"]
     runs = {(row, col[0]): {s: metrics_rows(d) for s, d in finished_runs(t, row, col[0], scale, seeds,
                                                                           sweep_dir).items()}
             for row in label for col in cols}
@@ -375,8 +391,8 @@ def render_paired(t, scale, seeds, sweep_dir):
     for row in label:
         if row != p:
             lines.append(f"| {label[row]} | " + " | ".join(
-                "{}, ahead in {}".format(*paired(runs[p, c[0]], runs[row, c[0]], value)) if runs[p, c[0]] else "–"
-                for c, _, value in ways) + " |")
+                "{}, ahead in {}".format(*paired(runs[p, c[0]], runs[row, c[0]], value))
+                if runs[p, c[0]] and runs[row, c[0]] else "–" for c, _, value in ways) + " |")
     return lines + [""]
 
 
@@ -414,7 +430,8 @@ def knowledge_verdicts(t, cells):
 
 def render(preset, scale, seeds, sweep_dir, header, failed=None, waiting=None):
     """The whole markdown file: header, one table per subtable, Table 1's verdicts, failed runs."""
-    lines = [f"# {preset} at {scale} scale", "", header, "",
+    lines = [f"# {preset} at {scale} scale", "", *([CHECK_ONLY[scale][0].upper() + CHECK_ONLY[scale][1:] + ".", ""]
+                                                   if scale in CHECK_ONLY else []), header, "",
              f"train.py flags of every run at this scale: `{shlex.join(SCALES[scale])}`" +
              {"paper": "", "fmnist": "; Fashion-MNIST's real images and labels, and every network the scale's mlp "
                                      "(Table 4's columns are then one pair's A, B and mean), every row at the same "
@@ -427,10 +444,10 @@ def render(preset, scale, seeds, sweep_dir, header, failed=None, waiting=None):
     for t in PRESETS[preset]:
         cells = load_cells(t, scale, seeds, sweep_dir, failed or (), waiting)
         lines += render_table(t, cells, seeds, scale)
-        if t["key"] == "table1":
+        if t["key"] == "table1" and scale not in CHECK_ONLY:  # a verdict, where the scale can rank
             lines += knowledge_verdicts(t, cells)
-        if t["proposed"]:
-            lines += render_paired(t, scale, seeds, sweep_dir)
+        for p in t["proposed"] if scale not in CHECK_ONLY else ():
+            lines += render_paired(t, scale, seeds, sweep_dir, p)
         if t["key"] == "demo" or t["proposed"]:
             lines += render_diagnostics(t, scale, seeds, sweep_dir)
     if failed:
