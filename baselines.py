@@ -1,4 +1,5 @@
-"""The two-network methods CMD competes with (paper Table 3 and §2.2), trained in the same harness as CMD.
+"""The methods CMD is compared with that train two networks together (paper Tables 3-4 and §2.2), each a training
+mode: its objective and its registry entry (MODES, which mutual.MODES takes in).
 
 remember_rate      -- R(t) = 1 - min(t/T_k tau, tau): the fraction of a mini-batch each method keeps
 coteach_plus_early -- the `step < 5000` rule of Co-teaching+'s code, for a batch the two networks agree on
@@ -7,17 +8,19 @@ coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's sma
 coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
 jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
                       samples where it is small
-keep_rule          -- what the three keep at a point of training: R(t), Co-teaching+'s disagreement rule and
-                      its step rule (a rule over time, not a schedule: that word is χ's, schedule.py)
-objective          -- the three in mutual.OBJECTIVES' form: the mode's losses from the logits and the clock
+keep_rule          -- R(t) at a point of training, and coteach_plus_rule Co-teaching+'s with its disagreement rule
+                      and step rule (rules over time, not schedules: that word is χ's, schedule.py)
+*_objective        -- each mode's objective, in mutual.OBJECTIVES' form: the mode's losses from the logits and clock
+mkd_objective, kdcl_objective -- Table 4's all-knowledge baselines: Deep Mutual Learning (Eq. 2) and KDCL
+MODES              -- the registry entries of these modes (registry.Mode), with their settings
 
 Each method function takes the two networks' logits on one mini-batch, (N, K) each, and the given labels
 (N,), and returns ((loss_a, loss_b), taught): loss_a is a scalar that trains only network A, loss_b only B,
 and taught maps each ordered pair (j, k) to the (N,) float 0/1 mask of the samples on which j's selection
 taught k, for mutual_step's diagnostics (mutual.sum_names). What they teach is the given label itself.
 
-All three are pair-only (the papers define them for two networks) and train on the given labels. Losses are
-float32 also under autocast. None of them waits for the device: masks are multiplied in, never used to
+The small-loss methods are pair-only (the papers define them for two networks) and train on the given labels.
+Losses are float32 also under autocast. None of them waits for the device: masks are multiplied in, never used to
 index; a selection's size is a host number (R(t) N, from the batch's shape) or stays on the device
 (Co-teaching+'s disagreement set). Under torchrun each rank selects within its own shard of the batch, as
 each of the authors' runs selected within its own batch: the selection of a 128-sample batch on 4 ranks is
@@ -26,13 +29,15 @@ four selections of 32, not one of 128.
 Where the authors' code departs from their papers (docs/training.md, "Comparators"), we follow the papers
 except where noted in a function's docstring.
 """
+import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from label_correction import one_hot
-from losses import Objective, kl_divergence, log_probs
+from losses import Objective, dml_loss, kdcl_cohort_loss, kl_divergence, log_probs
+from registry import Mode, knob, positive, unit
 
 # Co-teaching+'s code updates both networks on the whole batch with plain CE when they agree on every
 # sample and step < 5000 (coteach_plus_early).
@@ -202,25 +207,95 @@ class KeepRule(NamedTuple):
 
 
 def keep_rule(method, clock):
-    """What the small-loss methods keep at clock (mutual.Clock): R(t), stepped once an epoch
-    as the authors' code does; whether Co-teaching+ is past its initial epochs; its step rule. The settings are
-    method.comparators' (mutual.Comparators)."""
+    """R(t) of the small-loss methods at clock (mutual.Clock), stepped once an epoch as the authors' code does, from
+    method.comparators' τ and T_k: a host float, what a replayed step is recorded for (registry.Mode.rule)."""
     c = method.comparators
-    return KeepRule(remember_rate(clock.epoch, c.forget_rate, c.num_gradual),
-                    method.mode == "coteach+" and clock.epoch >= c.coteach_plus_init,
+    return remember_rate(clock.epoch, c.forget_rate, c.num_gradual)
+
+
+def coteach_plus_rule(method, clock):
+    """What Co-teaching+ keeps at clock: R(t), whether it is past its initial epochs (--coteach-plus-init), its step
+    rule (coteach_plus_early): a KeepRule, what its replayed step is recorded for."""
+    return KeepRule(keep_rule(method, clock), clock.epoch >= method.comparators.coteach_plus_init,
                     coteach_plus_early(clock.epoch, clock.batch))
 
 
-def objective(z, y, method, chi, r, clock, draws=None, given=None):
-    """Co-teaching, Co-teaching+ or JoCoR (method.mode) as a training objective (mutual.OBJECTIVES): z, the pair's
-    logits, (N, K) each; y: (N,) given labels; clock: a mutual.Clock. chi, r, draws and given are unused (one
-    signature for every objective). Returns a losses.Objective whose q_tilde is the given label, what these methods teach,
-    so a selection's precision is its label precision."""
+def pair(method, z):
+    """The pair's logits (z_A, z_B); ValueError where the run trains more models than the mode's pair."""
     if len(z) != 2:
         raise ValueError(f"mode {method.mode} trains a pair, not {len(z)} models")
-    keep, disagree, early = keep_rule(method, clock)
-    losses, taught = (coteaching(*z, y, keep) if method.mode == "coteach" else
-                      coteaching_plus(*z, y, keep, disagree, early) if method.mode == "coteach+" else
-                      jocor(*z, y, keep, method.comparators.jocor_lambda))
+    return z
+
+
+def pair_objective(z, y, losses, taught):
+    """The Objective of a pair's losses and taught masks; its q_tilde is the given label, what these methods teach,
+    so a selection's precision is its label precision."""
     h = [log_probs(z_k)[1] for z_k in z]  # (N,) H(p) of each network, for the diagnostics
     return Objective(list(losses), taught, [one_hot(y, z[0].shape[-1])] * 2, h)
+
+
+def coteaching_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """Co-teaching as a training objective (mutual.OBJECTIVES' signature): z, the pair's logits, (N, K) each; y: (N,)
+    given labels; clock: a mutual.Clock. chi, r, draws and rows are unused. Returns a losses.Objective."""
+    return pair_objective(z, y, *coteaching(*pair(method, z), y, keep_rule(method, clock)))
+
+
+def coteaching_plus_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """Co-teaching+ as a training objective: coteaching_objective's arguments and result."""
+    keep, disagree, early = coteach_plus_rule(method, clock)
+    return pair_objective(z, y, *coteaching_plus(*pair(method, z), y, keep, disagree, early))
+
+
+def jocor_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """JoCoR as a training objective: coteaching_objective's arguments and result."""
+    lam = method.comparators.jocor_lambda
+    return pair_objective(z, y, *jocor(*pair(method, z), y, keep_rule(method, clock), lam))
+
+
+def all_knowledge(z, losses):
+    """The Objective of the all-knowledge baselines: every model taught every sample by every peer, q_tilde its
+    predictions, h their entropies."""
+    m = len(z)
+    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
+    taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
+    return Objective(losses, taught, [logp_k.detach().exp() for logp_k in logp], list(h))
+
+
+def mkd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """Table 4's MKD: every model learns all of its peers' predictions by Deep Mutual Learning's loss (Eq. 2), on the
+    given labels. chi, r, clock, draws and rows are unused (one signature for every objective)."""
+    return all_knowledge(z, dml_loss(z, one_hot(y, z[0].shape[-1]), method.comparators.mkd_eps))
+
+
+def kdcl_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """Table 4's KDCL-MinLogit: every model learns the ensemble teacher of all the cohort's logits, on the given
+    labels. Arguments: mkd_objective's."""
+    c = method.comparators
+    return all_knowledge(z, kdcl_cohort_loss(z, y, c.kdcl_t, c.kdcl_lambda))
+
+
+# The comparators' registry entries. The small-loss methods train on the given labels with τ = the noise rate (the
+# authors' code), a pair only; what a replayed step takes from the host at each point of training is their `rule`.
+R_T = dict(forget_rate=knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, jocor "
+                                  "(default: --rate with a --noise drawn at a rate, as the authors' code sets it; give "
+                                  "it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)")),
+           num_gradual=knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
+                            (lambda v: v >= 1, "at least 1")))
+MODES = {
+    "mkd": Mode("MKD (Eq. 2)", mkd_objective, settings=dict(
+        mkd_eps=knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]")))),
+    "kdcl": Mode("KDCL", kdcl_objective, settings=dict(
+        kdcl_t=knob(2.0, "kdcl: temperature T", (positive, "a positive temperature")),
+        kdcl_lambda=knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number")))),
+    "coteach": Mode("Co-teaching", coteaching_objective, pair=True, rule=keep_rule, aliases=("co-teaching",),
+                    settings=R_T),
+    "coteach+": Mode("Co-teaching+", coteaching_plus_objective, pair=True, rule=coteach_plus_rule, aliases=("co-teaching+",),
+                     knobs=tuple(R_T), settings=dict(
+        coteach_plus_init=knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the authors' "
+                                  "code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their init_epoch 5 and 20 with "
+                                  "epochs counted from 1)", (lambda v: v >= 0, "at least 0")))),
+    "jocor": Mode("JoCoR", jocor_objective, pair=True, rule=keep_rule, knobs=tuple(R_T), settings=dict(
+        jocor_lambda=knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the authors' "
+                                "MNIST command; their README: 0.9 for CIFAR-10, 0.85 for CIFAR-100)",
+                          (unit, "in [0, 1]")))),
+}

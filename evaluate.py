@@ -11,7 +11,7 @@ per file evaluates any state_dicts; the data then come from train.py's data flag
 evaluate.py passes on (--dataset, --data-dir, --image-size, --seed, --synthetic-*, ...), at
 train.py's defaults where not given.
 
-The data come from train.py's load_data and eval_batches, the accuracies from report.py's
+The data come from training/build.py's load_data and eval_batches (train.py's), the accuracies from report.py's
 evaluate: for a run directory, the numbers equal the run's final test accuracies.
 Weights load with torch.load(weights_only=True): nothing is unpickled.
 
@@ -26,9 +26,8 @@ import sys
 import torch
 
 import models
-import train
 from mutual import NAMES
-from training import config, datasets, runfiles
+from training import build, config, datasets, runfiles
 from training.batches import Placement
 from training.errors import Parser, UserError, one_line
 from training.report import evaluate
@@ -111,8 +110,8 @@ def load_model(path, arch, num_classes, device):
 def main(argv=None):
     args, rest = get_args(argv)
     data, pairs, num_classes, amp = settings(args, rest)
-    device = config.pick_device(args.device)
-    d, _, tests, _ = train.load_data(data)
+    device = build.pick_device(args.device)
+    d, _, tests, _ = build.load_data(data)
     if num_classes is not None and num_classes != d.num_classes:
         raise UserError(f"the models have {num_classes} classes, {data.dataset} at {data.data_dir} has "
                         f"{d.num_classes}; give the dataset they were trained on")
@@ -123,7 +122,7 @@ def main(argv=None):
     amp = "off" if device.type == "cpu" else {"auto": "bf16"}.get(amp, amp)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
-    evals = train.eval_batches(d, tests, Placement(device, workers=args.workers, memory_format=fmt))
+    evals = build.eval_batches(d, tests, Placement(device, workers=args.workers, memory_format=fmt))
     acc = evaluate(nets, evals, autocast, device)
     try:
         with runfiles.checked_stdout():  # a full disk under `> file` is one line here, not a traceback at exit

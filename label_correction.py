@@ -14,12 +14,13 @@ mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
 tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
 gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q)/q, a loss
 
-LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a Correction (its target or its own loss, the
-                     name plots show); mutual.targets and mutual.self_loss read it, and so does everything that
-                     lists the corrections (the flags, their checks, the plots, the tests). It also holds Table 3's
-                     single-network methods, robust.py's: APL, DMI, Forward (true T or T̂), T-revision (its
-                     reweighting and revision), MentorNet PD, CDR's gradient rule, and Joint optimisation's first
-                     step with its relabelling
+LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a registry.Correction (its target or its own loss,
+                     its settings, the name plots show); mutual.targets and mutual.self_loss read it, and so does
+                     everything that lists the corrections (the flags, their checks, the plots, the tests). It also
+                     holds Table 3's single-network methods, robust.py's: APL, DMI, Forward (true T or T̂),
+                     T-revision (its reweighting and revision), MentorNet PD, CDR's gradient rule, and Joint
+                     optimisation's first step with its relabelling; what they learn between epochs is their
+                     entries' Stages (estimate_stage, SLACK, HISTORY), which training/stages.py runs
 
 l(p) = 1 - H(p)/H(u) is ProSelfLC's example trust; MyLC's l(p) is not defined in
 the appendix; we read it as the same trust (docs/paper-notes.md, "MyLC").
@@ -30,15 +31,13 @@ the given label q (docs/paper-notes.md, "CP"). Selection still applies: the peer
 only where this model is confident.
 """
 import math
-import os
-from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 import robust
 from losses import entropy
-from noise import NOISE
+from registry import Correction, Stage, knob, positive, unit
 from schedule import logistic
 
 
@@ -169,133 +168,37 @@ def gce_loss(logits, labels, gce_q=0.7, logp=None):
 
 # ---------------------------------------------------------------- the registry
 
-def estimated(probs, m):
-    """T̂ of one model from its predictions on the training set (robust.anchor_transition), float32."""
-    return torch.as_tensor(robust.anchor_transition(probs, m.comparators.anchor_percentile), dtype=torch.float32)
+def estimate_stage(title):
+    """The stage of Forward (T̂) and T-revision: once the warm-up ends, each model's estimate T̂ from its predictions on
+    the training set (robust.anchor_transition), which its loss reads as s["estimate"] from then on."""
+    return Stage("estimate", start=lambda m, epochs: m.warmup, line=lambda m, epoch, n, states: (
+        f"after {m.warmup} warm-up epoch{'s' if m.warmup > 1 else ''} of CE, {title} trains with each model's "
+        f"estimate from its predictions on the {n} training samples"),
+                 update=lambda state, probs, m: torch.as_tensor(robust.anchor_transition(
+                     probs, m.comparators.anchor_percentile), dtype=torch.float32))
 
 
-def check_transition(args, lc, estimates):
-    """What a run of Forward or T-revision lacks: the true T of synthetic noise, or a warm-up to estimate T̂ after
-    (and one process: the estimate reads every training sample's prediction)."""
-    if not estimates:
-        if NOISE[args.noise].matrix is not None and NOISE[args.noise].takes_rate:
-            return None
-        with_t = " or ".join(k for k, x in NOISE.items() if x.matrix is not None and x.takes_rate)
-        return (f"--lc {lc} trains with the noise's true T, which only noise of a matrix has (--noise {with_t}); "
-                f"for --noise {args.noise}, estimate it: --lc forward-anchor --warmup W")
-    if args.warmup < 1:
-        return f"--lc {lc} estimates T̂ from the models once their warm-up ends: give --warmup W (W >= 1 epochs of CE)"
-    return check_one_process(args, lc, "estimate of T̂")
-
-
-def check_one_process(args, lc, what):
-    """A stage that reads every training sample's prediction runs in one process: not under torchrun."""
-    if "RANK" in os.environ:
-        return f"--lc {lc}'s {what} reads every training sample's prediction in one process: not under torchrun"
-    return None
-
-
-def joint_begin(m, epochs):
-    """The epoch from whose start Joint optimisation's models train on their relabelled labels: the --joint-begin
-    fraction of the run's epochs (their code: epoch 70 of 200), at least 1."""
-    return max(1, round(m.comparators.joint_begin * epochs))
-
-
-def revise_from(m, epochs):
-    """The epoch from whose start T-revision's models learn their slack ΔT: the last --trevision-revise epochs, and
-    never before an epoch has trained with the warm-up's T̂ (train.py refuses a revision that would); None:
-    reweighting alone."""
-    revise = m.comparators.trevision_revise
-    return max(epochs - revise, m.warmup + 1) if revise else None
-
-
-def revision_optimisers(nets, slack, m, weight_decay):
-    """The optimisers of a revision stage (Correction.revise): Adam on each model's parameters and its slack together,
-    at m.comparators.trevision_revise_lr, with the run's weight decay on both (their revision: Adam, lr 5e-7, weight
-    decay 1e-4, which is their SGD's too)."""
-    return [torch.optim.Adam([*net.parameters(), s], lr=m.comparators.trevision_revise_lr, weight_decay=weight_decay)
-            for net, s in zip(nets, slack)]
-
-
-def trevision_loss(logits, logp, y, m, clock, k):
-    """T-revision's reweighting with T̂, or in its revision stage (Method.slack, from revise_from) with T̂ + ΔT."""
-    if m.slack is not None and clock.epoch >= revise_from(m, clock.epochs):
-        return robust.revision_loss(logits, y, m.estimates[k], m.slack[k], logp=logp)
-    return robust.reweight_loss(logits, y, m.estimates[k], logp=logp)
-
-
-def check_trevision(args):
-    """--lc trevision: what its estimate needs, and a revision stage that starts after the warm-up's estimate."""
-    why = check_transition(args, "trevision", True)
-    if why:
-        return why
-    if not args.trevision_revise:
-        return None if args.trevision_revise_lr == robust.REVISION_LR else (
-            f"--trevision-revise-lr {args.trevision_revise_lr:g} is the lr of a revision stage, and the run has none; "
-            f"give --trevision-revise E, or drop it")
-    if args.epochs - args.trevision_revise <= args.warmup:
-        return (f"--trevision-revise {args.trevision_revise} starts the revision before --warmup {args.warmup}'s "
-                f"estimate of T̂ has trained a step (--epochs {args.epochs}); give it fewer than "
-                f"{args.epochs - args.warmup} epochs")
-    if args.graph in ("capture", "compile"):
-        return (f"--trevision-revise changes each model's optimiser to Adam when its revision starts, which a replayed "
-                f"step (--graph {args.graph}) cannot follow; use --graph off")
-    return None
-
-
-def noise_of(m, lc):
-    """(kind, rate) of a run's synthetic noise (mutual.Method.noise), which Forward's true T and CDR's default τ
-    read; ValueError where the method does not know it."""
-    if m.noise is None:
-        raise ValueError(f"--lc {lc} reads the noise's kind and rate: give Method(noise=(kind, rate)), as train.py "
-                         f"does for --noise sym/pair")
-    return m.noise
-
-
-class Correction(NamedTuple):
-    """One self label correction, as train.py's --lc names it. Its knobs are fields of mutual.Method (their
-    defaults and flags), which the functions below read from `m`.
-
-    title  -- its name in plots and tables
-    target -- (q, p, h, r, progress, m) -> q~ (N, K), no gradient: q, p (N, K) the given labels and the model's
-              own prediction, h (N,) H(p), r MyLC's confidence (Eq. 8), progress t/Γ, m the run's mutual.Method.
-              None: the given label q (CE, and the corrections that are losses, whose models distil q)
-    loss   -- (logits, logp, q, y, m, clock, k) -> a scalar, the model's L_selfKD when it is a loss of its own;
-              None: H(q~, p). logp: the logits' float32 log_softmax; y: (N,) the given labels as integers; clock:
-              the step's mutual.Clock; k: the model's index (A is 0), for what a stage estimated of it
-    knobs  -- the names of the fields of mutual.Method (or of its Comparators) that target or loss reads: train.py
-              refuses any other label correction's knob given with this one
-    grad_rule -- (parameters, m) -> None, a rule applied to each model's gradients after backward and before its
-              optimiser steps (CDR's); None: the gradients as they are
-    estimate -- (probs, m) -> a tensor: what the run estimates of each model once its warm-up ends (mutual.Method's
-              warmup), from the model's predicted probabilities (N, K) on the training set; the loss reads model k's
-              as m.estimates[k] (Forward's and T-revision's T̂). None: no estimate
-    revise -- (m, epochs) -> R or None: from the start of epoch R (0-based) on, each model learns a slack beside its
-              estimate (Method.slack, zeros at first) with Adam at m.comparators.trevision_revise_lr, the model and
-              its slack together (T-revision's revision stage). None: no revision
-    relabel -- (m, epochs) -> B: from the start of epoch B (0-based) on, each model trains on relabelled given
-              labels, the mean of its predicted probabilities on the training set (eval mode, no augmentation) at the
-              start of each of the last robust.JOINT_WINDOW epochs, recorded from epoch B - W + 1 on (Joint's); the
-              loss reads them as q. None: the given labels throughout
-    check  -- (args) -> a line saying what the run lacks, or None: what train.py refuses before anything is written
-    unbatched -- why tools.batched cannot train it ("" where it can)
-    """
-    title: str
-    target: Callable | None = None
-    loss: Callable | None = None
-    knobs: tuple = ()
-    grad_rule: Callable | None = None
-    estimate: Callable | None = None
-    revise: Callable | None = None
-    relabel: Callable | None = None
-    check: Callable | None = None
-    unbatched: str = ""
-
-
+SLACK = Stage(  # T-revision's revision: each model's slack ΔT beside its T̂, learned by Adam with the model
+    "slack", start=robust.revise_from, predictions=False,
+    update=lambda state, probs, m: torch.zeros_like(m.state["estimate"][0]).requires_grad_(),
+    optimiser=lambda net, s, m, weight_decay: torch.optim.Adam(  # theirs: Adam, lr 5e-7, their SGD's weight decay
+        [*net.parameters(), s], lr=m.comparators.trevision_revise_lr, weight_decay=weight_decay),
+    line=lambda m, epoch, n, states: f"from epoch {epoch + 1}, T-revision learns each model's slack ΔT beside its T̂, "
+                                     f"by Adam at lr {m.comparators.trevision_revise_lr:g}")
+HISTORY = Stage(  # Joint optimisation's labels: each sample's label the mean of the model's last predictions
+    "history", start=lambda m, epochs: max(1, robust.joint_begin(m, epochs) - robust.JOINT_WINDOW + 1), every=True,
+    update=lambda history, probs, m: robust.joint_history(history, probs), rows=lambda history: history.mean(0),
+    rows_from=robust.joint_begin, given=True, keep=True,
+    line=lambda m, epoch, n, states: f"from epoch {epoch + 1}, each sample's label is each model's mean prediction "
+                                     f"over its last {robust.JOINT_WINDOW} epochs ({len(states[0])} so far), renewed "
+                                     f"every epoch")
+ANCHORS = dict(anchor_percentile=knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident sample "
+                                             "below this percentile (100: the most confident, the authors' CIFAR-100 "
+                                             "setting; 97: their CIFAR-10 one)", (lambda v: 0 < v <= 100, "in (0, 100]")))
 LABEL_CORRECTIONS = {
     "ce": Correction("CE"),
     "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps), knobs=("ls_eps",)),
-    "cp": Correction("CP", loss=lambda logits, logp, q, y, m, clock, k: confidence_penalty_loss(logits, q, m.cp_beta,
+    "cp": Correction("CP", loss=lambda logits, logp, q, y, m, clock, s: confidence_penalty_loss(logits, q, m.cp_beta,
                                                                                             logp=logp),
                      knobs=("cp_beta",)),
     "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps),
@@ -304,36 +207,67 @@ LABEL_CORRECTIONS = {
         q, p, progress, m.proselflc_b, m.proselflc_transit, h=h), knobs=("proselflc_b", "proselflc_transit")),
     "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h),
                        knobs=("mylc_b1", "mylc_rho")),
-    "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m, clock, k: tfkd_reg_loss(
+    # the comparators of Tables 2-4 and beyond, each with its settings (mutual.Comparators)
+    "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m, clock, s: tfkd_reg_loss(
         logits, y, m.comparators.tfkd_a, m.comparators.tfkd_t, m.comparators.tfkd_alpha,
-        m.comparators.tfkd_multiplier, logp=logp), knobs=("tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier")),
-    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m, clock, k: gce_loss(logits, y, m.comparators.gce_q,
+        m.comparators.tfkd_multiplier, logp=logp), settings=dict(
+        tfkd_a=knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label", (lambda v: 0 < v < 1,
+                                                                                            "in (0, 1)")),
+        tfkd_t=knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature")),
+        tfkd_alpha=knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]")),
+        tfkd_multiplier=knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
+                             (math.isfinite, "a finite number")))),
+    "gce": Correction("GCE", loss=lambda logits, logp, q, y, m, clock, s: gce_loss(logits, y, m.comparators.gce_q,
                                                                                  logp=logp),
-                      knobs=("gce_q",)),
+                      settings=dict(gce_q=knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
+                                               (lambda v: 0 < v <= 1, "in (0, 1]")))),
     # Table 3's single-network methods (robust.py): losses a model trains by, alone (--mode zero) or under CMD
-    "apl": Correction("APL (NCE+RCE)", loss=lambda logits, logp, q, y, m, clock, k: robust.apl_loss(
-        logits, y, m.comparators.apl_alpha, m.comparators.apl_beta, logp=logp), knobs=("apl_alpha", "apl_beta")),
-    "dmi": Correction("DMI", loss=lambda logits, logp, q, y, m, clock, k: robust.dmi_loss(logits, y, logp=logp)),
-    "forward": Correction("Forward (true T)", loss=lambda logits, logp, q, y, m, clock, k: robust.forward_loss(
-        logits, y, robust.true_transition(*noise_of(m, "forward"), logits.shape[-1], logits.device), logp=logp),
-                          check=lambda a: check_transition(a, "forward", False),
+    "apl": Correction("APL (NCE+RCE)", loss=lambda logits, logp, q, y, m, clock, s: robust.apl_loss(
+        logits, y, m.comparators.apl_alpha, m.comparators.apl_beta, logp=logp), settings=dict(
+        apl_alpha=knob(10.0, "APL: α of its active loss, NCE (--lc apl; the authors' CIFAR-100 value)",
+                       (lambda v: 0 <= v < math.inf, "at least 0")),
+        apl_beta=knob(0.1, "APL: β of its passive loss, RCE (--lc apl; the authors' CIFAR-100 value)",
+                      (lambda v: 0 <= v < math.inf, "at least 0")))),
+    "dmi": Correction("DMI", loss=lambda logits, logp, q, y, m, clock, s: robust.dmi_loss(logits, y, logp=logp)),
+    "forward": Correction("Forward (true T)", loss=lambda logits, logp, q, y, m, clock, s: robust.forward_loss(
+        logits, y, robust.true_transition(*robust.noise_of(m, "forward"), logits.shape[-1], logits.device), logp=logp),
+                          check=lambda a: robust.check_transition(a, "forward", False),
                           unbatched="its T depends on each run's noise rate"),
-    "forward-anchor": Correction("Forward (T̂)", loss=lambda logits, logp, q, y, m, clock, k: robust.forward_loss(
-        logits, y, m.estimates[k], logp=logp), knobs=("anchor_percentile",), estimate=lambda probs, m: estimated(
-        probs, m), check=lambda a: check_transition(a, "forward-anchor", True), unbatched="its T̂ is each run's estimate"),
-    "trevision": Correction("T-revision", loss=lambda logits, logp, q, y, m, clock, k: trevision_loss(
-        logits, logp, y, m, clock, k), knobs=("anchor_percentile", "trevision_revise", "trevision_revise_lr"),
-                            estimate=lambda probs, m: estimated(probs, m), revise=revise_from, check=check_trevision,
-                            unbatched="its T̂ is each run's estimate"),
-    "mentornet": Correction("MentorNet PD", loss=lambda logits, logp, q, y, m, clock, k: robust.mentornet_pd_loss(
+    "forward-anchor": Correction("Forward (T̂)", loss=lambda logits, logp, q, y, m, clock, s: robust.forward_loss(
+        logits, y, s["estimate"], logp=logp), settings=ANCHORS, stages=(estimate_stage("Forward (T̂)"),),
+                                 check=lambda a: robust.check_transition(a, "forward-anchor", True),
+                                 unbatched="its T̂ is each run's estimate"),
+    "trevision": Correction("T-revision", loss=lambda logits, logp, q, y, m, clock, s: robust.trevision_loss(
+        logits, logp, y, s), knobs=("anchor_percentile",), stages=(estimate_stage("T-revision"), SLACK), settings=dict(
+        trevision_revise=knob(0, "T-revision: the last E epochs learn a slack ΔT beside T̂, each model and its ΔT by "
+                                 "Adam at --trevision-revise-lr (their revision stage; 0: reweighting alone)",
+                              (lambda v: v >= 0, "at least 0")),
+        trevision_revise_lr=knob(robust.REVISION_LR, "T-revision: Adam's lr in the revision stage (the authors': 5e-7)",
+                                 (positive, "a positive lr"))),
+                            check=robust.check_trevision, unbatched="its T̂ is each run's estimate"),
+    "mentornet": Correction("MentorNet PD", loss=lambda logits, logp, q, y, m, clock, s: robust.mentornet_pd_loss(
         logits, y, m.comparators.mentornet_percentile, m.comparators.mentornet_burn_in, clock.progress, logp=logp),
-                            knobs=("mentornet_percentile", "mentornet_burn_in")),
+                            settings=dict(
+        mentornet_percentile=knob(0.7, "MentorNet PD: the percentile p of the batch's losses below which a sample "
+                                       "counts (--lc mentornet; the value of the authors' flag)",
+                                  (lambda v: 0 < v <= 1, "in (0, 1]")),
+        mentornet_burn_in=knob(0.18, "MentorNet PD: every sample counts while ⌊100 t/Γ⌋ is at most 100 times this "
+                                     "(--lc mentornet; the authors' predefined curriculum: percentage 18, the first "
+                                     "19%% of training)", (unit, "in [0, 1]")))),
     "cdr": Correction("CDR", grad_rule=lambda params, m: robust.cdr_mask_(params, 1 - (
-        noise_of(m, "cdr")[1] if m.comparators.cdr_rate is None else m.comparators.cdr_rate)), knobs=("cdr_rate",),
+        robust.noise_of(m, "cdr")[1] if m.comparators.cdr_rate is None else m.comparators.cdr_rate)), settings=dict(
+        cdr_rate=knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate with a --noise "
+                            "drawn at a rate, as the authors' code sets it; give it otherwise)",
+                      (lambda v: 0 <= v < 1, "in [0, 1)"))),
                       unbatched="it acts on each model's gradients between backward and step"),
-    "joint": Correction("Joint optimisation (step 1)", loss=lambda logits, logp, q, y, m, clock, k: robust.joint_loss(
-        logits, q, m.comparators.joint_alpha, m.comparators.joint_beta, logp=logp),
-                        knobs=("joint_alpha", "joint_beta", "joint_begin"), relabel=joint_begin,
-                        check=lambda a: check_one_process(a, "joint", "relabelling"),
+    "joint": Correction("Joint optimisation (step 1)", loss=lambda logits, logp, q, y, m, clock, s: robust.joint_loss(
+        logits, q, m.comparators.joint_alpha, m.comparators.joint_beta, logp=logp), stages=(HISTORY,), settings=dict(
+        joint_alpha=knob(1.0, "Joint optimisation: α of its prior term L_p (--lc joint; the authors' value)",
+                         (lambda v: 0 <= v < math.inf, "at least 0")),
+        joint_beta=knob(0.5, "Joint optimisation: β of its entropy term L_e (--lc joint; the authors' value)",
+                        (lambda v: 0 <= v < math.inf, "at least 0")),
+        joint_begin=knob(0.35, "Joint optimisation: the fraction of --epochs after which each sample's label is the "
+                               "mean of the model's last 10 epochs of predictions (--lc joint; the authors': epoch 70 "
+                               "of 200)", (lambda v: 0 < v <= 1, "in (0, 1]"))),
                         unbatched="each run relabels its own samples"),
 }

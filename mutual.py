@@ -14,64 +14,66 @@ targets          -- q~, one model's own target (label_correction.py)
 self_loss        -- L_selfKD of Eqs. 5-6 for one model
 cohort_objective, peer_mean_objective -- beyond the pair: Eqs. 3-6 for a cohort of M > 2 models (--peers);
                     the controls --select shuffled (cohort_objective) and --peer-weight mean
-all_knowledge_objective -- the baselines of Table 4: MKD (Eq. 2) and KDCL
 mutual_step      -- one training step: forward, the run's objective (objective_for), backward, the sums
 Clock            -- where training is: the epoch, the batch, the batches per epoch, Γ, the seed
 step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's diagnostics
 shuffle_draws    -- the random draws of the shuffled-selection control
 Method           -- the paper's hyperparameters (and the controls'): the one source of their defaults and flags
-Comparators      -- the settings of the methods CMD is compared with, held by Method.comparators
+Comparators      -- the settings of the methods CMD is compared with, each declared by its registry entry
 knobs_read       -- the fields of Method and Comparators a run of a mode and a label correction reads
-MODES            -- the registry of training modes: each a Mode (its objective, Eq. 7's (eta, b) for the
-                    knowledge modes, the name plots show); THRESHOLDS, CMD_MODES, SMALL_LOSS, ALIASES read it
+MODES            -- the registry of training modes: each a registry.Mode (its objective, Eq. 7's (eta, b) for the
+                    knowledge modes, the name plots show), the paper's four and the comparators' (baselines.MODES);
+                    THRESHOLDS, CMD_MODES, ALIASES read it
 LCS              -- the label corrections' names (label_correction.LABEL_CORRECTIONS is their registry)
-OBJECTIVES, objective_for -- every objective, and the one a run trains by (the comparators' is baselines.objective)
+OBJECTIVES, objective_for -- every objective, and the one a run trains by
 
 Every objective is a pure function of tensors with one signature, objective(z, y, method, chi, r, clock,
-draws, given), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
+draws, rows), and returns a losses.Objective; chi and r may be 0-dim tensors, so torch.func.vmap batches an
 objective over runs that differ in them (tools/batched.py).
 """
 import functools
 import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from dataclasses import dataclass, field, make_dataclass
+from typing import NamedTuple
 
 import torch
 
 import baselines
-import robust
 import schedule
 from label_correction import LABEL_CORRECTIONS, one_hot
-from losses import Objective, cmd_distill, dml_loss, kdcl_cohort_loss, log_probs, peer_mean, soft_cross_entropy
+from losses import Objective, cmd_distill, log_probs, peer_mean, soft_cross_entropy
+from registry import Mode, knob, unit
 
 
-def cmd_objective(z, y, method, chi, r, clock, draws=None, given=None):
+def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     """§3 for models A and B on one batch: Eqs. 3-6.
 
     z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, each
     model's (Method.chis_at: a pair of floats, or a (2,) tensor), or one float or 0-dim tensor for both; r:
     MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws is unused
-    (one signature for every objective). given: each model's given labels as rows (M, N, K) where the run has
-    relabelled them (given_rows); None: the one-hot of y. Returns Objective([L_A, L_B], taught, [q~_A,
-    q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3) and taught[0, 1] mirrored.
+    (one signature for every objective). rows: each model's per-sample rows (M, N, K) where the run's batches
+    carry them (given_rows); None: the given labels are the one-hot of y. Returns Objective([L_A, L_B], taught,
+    [q~_A, q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3) and taught[0, 1] mirrored.
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
-    q = given_rows(y, z[0].shape[-1], 2, given)                        # 2 x (N, K) the given labels
+    q = given_rows(y, z[0].shape[-1], 2, method, rows)                 # 2 x (N, K) the given labels
     q_a = targets(method, q[0], logp_a.detach().exp(), h_a, r[0], clock)  # q~_A, no gradient
     q_b = targets(method, q[1], logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
     chi = per_model(chi, 2)
     loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, (chi[0], chi[1]))
-    loss_a = self_loss(method, z[0], logp_a, q[0], q_a, y, clock, 0) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
-    loss_b = self_loss(method, z[1], logp_b, q[1], q_b, y, clock, 1) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
+    loss_a = self_loss(method, z[0], logp_a, q[0], q_a, y, clock, 0, rows) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
+    loss_b = self_loss(method, z[1], logp_b, q[1], q_b, y, clock, 1, rows) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
     return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
 
 
-def given_rows(y, k, m, given=None):
-    """Each of m models' given labels as (N, K) rows: the one-hot of y (N,), or where the run has relabelled them
-    (label_correction.Correction.relabel: Joint optimisation; train.py --labels-from) each model's own, given
-    (M, N, K)."""
-    return [one_hot(y, k)] * m if given is None else list(given.unbind(0))
+def given_rows(y, k, m, method, rows=None):
+    """Each of m models' given labels as (N, K) rows: the one-hot of y (N,), or where the batches carry rows that
+    are given labels (a stage's relabelled ones, train.py --labels-from: registry.Correction.relabels), each
+    model's own, rows (M, N, K)."""
+    if rows is None or not LABEL_CORRECTIONS[method.lc].relabels():
+        return [one_hot(y, k)] * m
+    return list(rows.unbind(0))
 
 
 def correction(method, clock):
@@ -89,37 +91,39 @@ def targets(method, q, p, h, r, clock):
     return q if target is None else target(q, p, h, r, clock.progress, method)
 
 
-def self_loss(method, logits, logp, q, q_tilde, y, clock, k):
+def self_loss(method, logits, logp, q, q_tilde, y, clock, k, rows=None):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
     own loss (CP, Tf-KD_reg, GCE: label_correction.py; Table 3's: robust.py).
     logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
     q_tilde: (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k: the model's index
-    (A: 0), for what a stage estimated of it (Method.estimates).
+    (A: 0) and rows the batch's rows (M, N, K) or None, for what its stages made (registry.Correction.state).
     """
-    loss = correction(method, clock).loss
-    return soft_cross_entropy(q_tilde, logp).mean() if loss is None else loss(logits, logp, q, y, method, clock, k)
+    c = correction(method, clock)
+    if c.loss is None:
+        return soft_cross_entropy(q_tilde, logp).mean()
+    return c.loss(logits, logp, q, y, method, clock, LABEL_CORRECTIONS[method.lc].state(method, k, rows))
 
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
 
-def own_targets(z, y, method, r, clock, given=None):
+def own_targets(z, y, method, r, clock, rows=None):
     """What each of M models computes of its own before any distillation, as cmd_objective does for A and B:
     log p (M x (N, K), float32, with gradient), H(p) (M x (N,), without), the given labels q (M x (N, K);
     given_rows) and q~ (M x (N, K), without gradient)."""
     logp, h = zip(*(log_probs(z_k) for z_k in z))
-    q = given_rows(y, z[0].shape[-1], len(z), given)
+    q = given_rows(y, z[0].shape[-1], len(z), method, rows)
     q_tilde = [targets(method, q_k, logp_k.detach().exp(), h_k, r_k, clock)
                for q_k, logp_k, h_k, r_k in zip(q, logp, h, r)]
     return list(logp), list(h), q, q_tilde
 
 
-def cohort_objective(z, y, method, chi, r, clock, draws=None, given=None):
+def cohort_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     """Beyond the paper: a cohort of M >= 2 models (--peers), as Deep Mutual Learning trains cohorts: Eqs. 3-4
     for every pair, L_k = L_selfKD(k) + 1/(M-1) sum_{j != k} [H(p_j) < chi] H(q~_j, p_k) (Eqs. 5-6 at M = 2).
     With draws (shuffle_draws', (pairs, 2, N)), the shuffled-selection control (--select shuffled): each pair's
     count of confident samples at random positions (losses.cmd_distill). Arguments, result: cmd_objective's."""
     m = len(z)
-    logp, h, q, q_tilde = own_targets(z, y, method, r, clock, given)
+    logp, h, q, q_tilde = own_targets(z, y, method, r, clock, rows)
     chi = per_model(chi, m)
     taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
     for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):
@@ -127,16 +131,17 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None, given=None):
             logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], (chi[a], chi[b]), None if draws is None else draws[i])
         distilled[a].append(loss_b2a)
         distilled[b].append(loss_a2b)
-    losses = [self_loss(method, z[k], logp[k], q[k], q_tilde[k], y, clock, k) + mean(distilled[k]) for k in range(m)]
+    losses = [self_loss(method, z[k], logp[k], q[k], q_tilde[k], y, clock, k, rows) + mean(distilled[k])
+              for k in range(m)]
     return Objective(losses, taught, q_tilde, h)
 
 
-def peer_mean_objective(z, y, method, chi, r, clock, draws=None, given=None):
+def peer_mean_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     """The control of Eqs. 5-6 (--peer-weight mean), for a pair and targets q~ only: where B teaches A (Eq. 3),
     L_A's term is the mean of H(q~_A, p_A) and H(q~_B, p_A), not their sum, so distilling moves a sample's
     target, never its weight (losses.peer_mean); B mirrored. With draws (--select shuffled too), the taught
     samples are shuffled as in cohort_objective. Arguments, result: cmd_objective's."""
-    logp, h, _, q_tilde = own_targets(z, y, method, r, clock, given)
+    logp, h, _, q_tilde = own_targets(z, y, method, r, clock, rows)
     chi = per_model(chi, 2)
     _, _, b_taught_a, a_taught_b = cmd_distill(*logp, *q_tilde, *h, (chi[0], chi[1]), None if draws is None else draws[0])
     taught = {(1, 0): b_taught_a, (0, 1): a_taught_b}
@@ -165,19 +170,7 @@ def shuffle_draws(seed, epoch, batch, m, n, device):
     return torch.rand(m * (m - 1) // 2, 2, n, generator=g, device=device)
 
 
-# ---------------------------------------------------------------- the comparators of Table 4, and the step
-
-def all_knowledge_objective(z, y, method, chi, r, clock, draws=None, given=None):
-    """The baselines of Table 4: every model learns all of its peers' predictions, by Deep Mutual Learning's
-    loss (mode mkd, Eq. 2) or KDCL-MinLogit's (mode kdcl). chi, r, clock, draws and given are unused (one
-    signature for every objective; these modes train on the given labels, --lc ce). Returns Objective(losses, taught = every sample, q_tilde = the predictions, h)."""
-    m, c = len(z), method.comparators
-    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
-    losses = (dml_loss(z, one_hot(y, z[0].shape[-1]), c.mkd_eps) if method.mode == "mkd" else
-              kdcl_cohort_loss(z, y, c.kdcl_t, c.kdcl_lambda))
-    taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
-    return Objective(losses, taught, [logp_k.detach().exp() for logp_k in logp], list(h))
-
+# ---------------------------------------------------------------- the step
 
 class Clock(NamedTuple):
     """Where training is, for everything that moves with time: Eq. 7's chi, ProSelfLC's t/Γ, the comparators'
@@ -209,24 +202,24 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the run's objective, backward.
 
     nets, opts: the models and their optimisers. batch: (x, y, y_clean), y the given labels and y_clean the
-    clean ones (the given ones when unknown), used only for the sums; where the run has relabelled its samples,
-    also each model's given labels as rows (M, N, K) (given_rows). chi: Eq. 7 now (None for mkd, kdcl and
-    SMALL_LOSS); r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a
+    clean ones (the given ones when unknown), used only for the sums; where the run's batches carry rows (a stage's,
+    its given labels or its loss's, registry.Stage.rows), also each model's (M, N, K). chi: Eq. 7 now (None for
+    the modes without a threshold); r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a
     Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
     ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
     on (--amp fp16): its step then reads back whether each model's gradients are finite, a wait per model.
     """
-    x, y, y_clean, *given = batch
+    x, y, y_clean, *rows = batch
     with torch.autocast(**precision.autocast):
         z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
     draws = (shuffle_draws(clock.seed, clock.epoch, clock.batch, len(nets), len(y), y.device)
              if method.select == "shuffled" else None)
-    out = objective_for(method, len(nets))(z, y, method, chi, r, clock, draws, *given)
+    out = objective_for(method, len(nets))(z, y, method, chi, r, clock, draws, *rows)
     total = sum(out.losses[1:], out.losses[0])        # L_A + L_B
     for o in opts:
         o.zero_grad(set_to_none=True)
     precision.scaler.scale(total).backward()
-    rule = correction(method, clock).grad_rule  # CDR's: a rule on each model's gradients, before its step
+    rule = correction(method, clock).grad_rule  # a rule on each model's gradients before its step (CDR's)
     if rule is not None:
         for net in nets:
             rule(net.parameters(), method)
@@ -272,7 +265,7 @@ def sum_names(m):
     memorized_x      noisy-labelled samples that model x predicts as their wrong given label
     entropy_x        sum of H(p_x), for MyLC's r (Eq. 8)
     selected_j2k     samples where H(p_j) < chi: j's target taught k (selected_b2a: B taught A, Eq. 3); for the
-                     SMALL_LOSS modes, the samples of j's selection that k learned (baselines.py)
+                     comparators' modes, the samples of j's selection that k learned (baselines.py)
     clean_j2k        ... of those, the taught target's argmax is the clean label (precision)
     clean_label_j2k  ... of those, the sample's given label is the clean one (recall)
     """
@@ -296,56 +289,25 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
     return out.index_add_(0, idx.flatten(), torch.ones_like(h).flatten()).view(m, 2, bins)
 
 
-# ---------------------------------------------------------------- the flags of the method
-
-class Mode(NamedTuple):
-    """One training mode, as train.py's --mode names it.
-
-    title      -- its name in plots and tables (the paper's)
-    objective  -- what it trains by, with cmd_objective's signature (objective_for: CMD's generalisations)
-    thresholds -- (η, b) of Eq. 7 by default: a knowledge mode of Eqs. 3-7, where --lc, --select and --peer-weight
-                  apply; None: no χ, and it trains on the given labels (--lc ce)
-    tunable    -- --eta and --b may move its (η, b) (CMD-S, CMD-P); zero and all knowledge are defined by theirs
-    small_loss -- it selects samples by their loss with R(t) (baselines.py): pairs only, with a forget rate τ
-    aliases    -- the papers' names it is also called by
-    knobs      -- the fields of Method (or of its Comparators) its objective reads, beyond η and b (thresholds,
-                  tunable) and the label correction's own: train.py refuses any other mode's knob given with it
-    """
-    title: str
-    objective: Callable
-    thresholds: tuple | None = None
-    tunable: bool = False
-    small_loss: bool = False
-    aliases: tuple = ()
-    knobs: tuple = ()
-
+# ---------------------------------------------------------------- the registry of modes, and the flags of the method
 
 # (eta, b) of Eq. 7 per knowledge mode. The paper gives no exact values. Table 5 and Fig. 3 show that a
 # larger eta and a smaller b do better, so CMD-S takes Table 5's best, eta = 4, and CMD-P lets chi fall
 # (b = -5) from 1.85x to 0.15x that static value. all: eta = 1 is Table 5's "H(u)" row, which equals
 # Table 1's "All" column. zero: eta = inf gives chi = 0. The four are the pair of Eqs. 3-6 and differ only in chi.
-# mkd and kdcl are the baselines of Table 4, which distil everything by their own losses and have no threshold;
-# coteach, coteach+ and jocor are the small-loss methods of Table 3 and Sec. 2.2 (baselines.py), which select
-# samples by their loss, not by chi: pair-only, on the given labels, with R(t) of baselines.py.
 # The controls of the selection (--select, --peer-weight) change what the modes that teach read: zero knowledge
 # teaches nothing, and all knowledge teaches every sample, so that shuffling where it teaches changes nothing.
+# The comparators' modes (Table 4's MKD and KDCL, the small-loss methods of Table 3) are baselines.py's.
 CONTROLS = ("select", "peer_weight")
-R_T = ("forget_rate", "num_gradual")  # R(t) of the small-loss methods
 MODES = {
     "zero": Mode("Zero knowledge", cmd_objective, (math.inf, 0.0)),
     "all": Mode("All knowledge", cmd_objective, (1.0, 0.0), knobs=("peer_weight",)),
     "static": Mode("CMD-S", cmd_objective, (4.0, 0.0), tunable=True, aliases=("cmd-s",), knobs=CONTROLS),
     "progressive": Mode("CMD-P", cmd_objective, (4.0, -5.0), tunable=True, aliases=("cmd-p",), knobs=CONTROLS),
-    "mkd": Mode("MKD (Eq. 2)", all_knowledge_objective, knobs=("mkd_eps",)),
-    "kdcl": Mode("KDCL", all_knowledge_objective, knobs=("kdcl_t", "kdcl_lambda")),
-    "coteach": Mode("Co-teaching", baselines.objective, small_loss=True, aliases=("co-teaching",), knobs=R_T),
-    "coteach+": Mode("Co-teaching+", baselines.objective, small_loss=True, aliases=("co-teaching+",),
-                     knobs=(*R_T, "coteach_plus_init")),
-    "jocor": Mode("JoCoR", baselines.objective, small_loss=True, knobs=(*R_T, "jocor_lambda")),
+    **baselines.MODES,
 }
 THRESHOLDS = {m: x.thresholds for m, x in MODES.items() if x.thresholds is not None}
 CMD_MODES = tuple(THRESHOLDS)  # the modes of Eqs. 3-7, where --select and --peer-weight apply
-SMALL_LOSS = tuple(m for m, x in MODES.items() if x.small_loss)
 ALIASES = {a: m for m, x in MODES.items() for a in x.aliases}  # the papers' names of the modes
 LCS = tuple(LABEL_CORRECTIONS)  # train.py's --lc: label_correction.LABEL_CORRECTIONS
 SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
@@ -353,85 +315,28 @@ SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
 
 def knobs_read(mode, lc):
     """The names of the fields of Method and Comparators that a run of this mode and label correction reads: the
-    mode and lc themselves, η and b where the mode's are tunable, the mode's knobs and, where it has a threshold
-    (it trains on q~), its label correction's (Mode.knobs, label_correction.Correction.knobs)."""
+    mode and lc themselves, η and b where the mode's are tunable, the mode's knobs and settings and, where it has a
+    threshold (it trains on q~), its label correction's (registry.Mode, registry.Correction)."""
     x, c = MODES[mode], LABEL_CORRECTIONS[lc]
-    own = (*c.knobs, *(("warmup",) if lc != "ce" else ())) if x.thresholds is not None else ()
+    own = (*c.knobs, *c.settings, *(("warmup",) if lc != "ce" else ())) if x.thresholds is not None else ()
     controls = () if c.loss is None else ("peer_weight",)  # a mean of two cross-entropies with targets: q~ only
-    return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *own, *(k for k in x.knobs if k not in controls)}
+    return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *own,
+            *(k for k in (*x.knobs, *x.settings) if k not in controls)}
 
 
-def knob(default, help, check=None):
-    """A field of Method: its default, its flag's help text (the paper's symbol first), and the values it
-    may take as (test, what it must be). training/config.py makes every field a flag from these."""
-    return field(default=default, metadata=dict(help=help, check=check))
+def comparators():
+    """The Comparators class: one field for each setting an entry of MODES or LABEL_CORRECTIONS declares."""
+    fields = [(name, float if f.default is None else type(f.default), f) for entry in (*MODES.values(),
+              *LABEL_CORRECTIONS.values()) for name, f in entry.settings.items()]
+    cls = make_dataclass("Comparators", fields, frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = ("The settings of the methods CMD is compared with, each declared by its registry entry "
+                   "(registry.Mode.settings, registry.Correction.settings) and held by Method.comparators; each field "
+                   "is also train.py's flag of the same name, with its default and help.")
+    return cls
 
 
-def unit(v):
-    return 0 <= v <= 1
-
-
-def positive(v):
-    return 0 < v < math.inf
-
-
-@dataclass(frozen=True)
-class Comparators:
-    """The settings of the methods CMD is compared with (Tables 2-4: Tf-KD_reg, GCE, MKD, KDCL, Co-teaching,
-    Co-teaching+, JoCoR; Table 3's APL, MentorNet PD, CDR and Joint optimisation, robust.py), none of them the paper's own. Held by
-    Method.comparators; each field is also train.py's flag of the same name, with this default and help."""
-    tfkd_a: float = knob(0.99, "Tf-KD_reg: the hand-made teacher's probability a on the label",
-                         (lambda v: 0 < v < 1, "in (0, 1)"))
-    tfkd_t: float = knob(20.0, "Tf-KD_reg: temperature T", (positive, "a positive temperature"))
-    tfkd_alpha: float = knob(0.1, "Tf-KD_reg: weight α of the KL term", (unit, "in [0, 1]"))
-    tfkd_multiplier: float = knob(100.0, "Tf-KD_reg: the authors' code's multiplier of the KL term",
-                                  (math.isfinite, "a finite number"))
-    mkd_eps: float = knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]"))
-    kdcl_t: float = knob(2.0, "kdcl: temperature T", (positive, "a positive temperature"))
-    kdcl_lambda: float = knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number"))
-    gce_q: float = knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
-                        (lambda v: 0 < v <= 1, "in (0, 1]"))
-    forget_rate: float | None = knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, "
-                                           "jocor (default: --rate with a --noise drawn at a rate, as the authors' "
-                                           "code sets it; give it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)"))
-    num_gradual: int = knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
-                            (lambda v: v >= 1, "at least 1"))
-    coteach_plus_init: int = knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the "
-                                     "authors' code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their "
-                                     "init_epoch 5 and 20 with epochs counted from 1)",
-                                  (lambda v: v >= 0, "at least 0"))
-    jocor_lambda: float = knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the "
-                                     "authors' MNIST command; their README: 0.85 for CIFAR-100)", (unit, "in [0, 1]"))
-    apl_alpha: float = knob(10.0, "APL: α of its active loss, NCE (--lc apl; the authors' CIFAR-100 value)",
-                            (lambda v: 0 <= v < math.inf, "at least 0"))
-    apl_beta: float = knob(0.1, "APL: β of its passive loss, RCE (--lc apl; the authors' CIFAR-100 value)",
-                           (lambda v: 0 <= v < math.inf, "at least 0"))
-    mentornet_percentile: float = knob(0.7, "MentorNet PD: the percentile p of the batch's losses below which a "
-                                            "sample counts (--lc mentornet; the value of the authors' flag)",
-                                       (lambda v: 0 < v <= 1, "in (0, 1]"))
-    mentornet_burn_in: float = knob(0.18, "MentorNet PD: every sample counts while ⌊100 t/Γ⌋ is at most 100 times "
-                                          "this (--lc mentornet; the authors' predefined curriculum: percentage 18, "
-                                          "the first 19%% of training)", (unit, "in [0, 1]"))
-    cdr_rate: float | None = knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate "
-                                        "with a --noise drawn at a rate, as the authors' code sets it; give it "
-                                        "otherwise)",
-                                  (lambda v: 0 <= v < 1, "in [0, 1)"))
-    joint_alpha: float = knob(1.0, "Joint optimisation: α of its prior term L_p (--lc joint; the authors' value)",
-                              (lambda v: 0 <= v < math.inf, "at least 0"))
-    joint_beta: float = knob(0.5, "Joint optimisation: β of its entropy term L_e (--lc joint; the authors' value)",
-                             (lambda v: 0 <= v < math.inf, "at least 0"))
-    joint_begin: float = knob(0.35, "Joint optimisation: the fraction of --epochs after which each sample's label is "
-                                    "the mean of the model's last 10 epochs of predictions (--lc joint; the "
-                                    "authors': epoch 70 of 200)", (lambda v: 0 < v <= 1, "in (0, 1]"))
-    trevision_revise: int = knob(0, "T-revision: the last E epochs learn a slack ΔT beside T̂, each model and its ΔT "
-                                    "by Adam at --trevision-revise-lr (their revision stage; 0: reweighting alone)",
-                                 (lambda v: v >= 0, "at least 0"))
-    trevision_revise_lr: float = knob(robust.REVISION_LR, "T-revision: Adam's lr in the revision stage (the authors': 5e-7)",
-                                      (positive, "a positive lr"))
-    anchor_percentile: float = knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident "
-                                           "sample below this percentile (100: the most confident, the authors' "
-                                           "CIFAR-100 setting; 97: their CIFAR-10 one)",
-                                    (lambda v: 0 < v <= 100, "in (0, 100]"))
+Comparators = comparators()
 
 
 @dataclass(frozen=True)
@@ -441,10 +346,9 @@ class Method:
     train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
     """
     mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
-                                    "progressive = CMD-P (η=4, b=-5); mkd = Deep Mutual Learning (Eq. 2); kdcl = "
-                                    "KDCL-MinLogit; coteach = Co-teaching, coteach+ = Co-teaching+, jocor = JoCoR "
-                                    "(baselines.py, pairs only, on the given labels). The papers' names cmd-s, "
-                                    "cmd-p, co-teaching and co-teaching+ are accepted, in any case")
+                                    "progressive = CMD-P (η=4, b=-5); the comparators (baselines.py, on the given "
+                                    "labels): " + ", ".join(f"{k} = {x.title}" for k, x in baselines.MODES.items()) +
+                     ". The papers' names " + ", ".join(ALIASES) + " are accepted, in any case")
     lc: str = knob("mylc", "self label correction q~ of each model")
     eta: float | None = knob(THRESHOLDS["progressive"][0], "η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero "
                                                        "knowledge, (0, 1] with b = 0: all")
@@ -470,14 +374,12 @@ class Method:
     comparators: Comparators = field(default_factory=Comparators)
     noise: tuple | None = None  # (kind, rate) of the run's synthetic noise, for the methods that read its true T
     # (Forward, CDR's τ); None where the noise is not synthetic. Not a flag: train.py's --noise and --rate set it.
-    estimates: tuple | None = None  # each model's estimate from its warm-up (Forward's and T-revision's T̂, label_
-    # correction.Correction.estimate), once the run has made it; None before. Not a flag: train.py sets it.
-    slack: tuple | None = None  # each model's learned slack beside its estimate (T-revision's ΔT, Correction.revise),
-    # from the epoch its revision starts; None before. Not a flag: train.py sets it.
+    state: dict | None = None  # {stage name: each model's state}, what the label correction's stages have made so
+    # far (registry.Stage: a T̂, a ΔT, a label history); None before any. Not a flag: training/stages.py sets it.
 
     def chi_at(self, t, total, num_classes):
-        """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for mkd,
-        kdcl and SMALL_LOSS, which have no threshold."""
+        """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for the
+        modes without a threshold (the comparators')."""
         return None if self.eta is None else schedule.chi(t, total, num_classes, self.eta, self.b)
 
     def chis_at(self, t, total, num_classes, m):
@@ -499,7 +401,7 @@ def objective_for(method, m):
     """The objective a run of m models trains by: its mode's; for CMD's modes, the pair's cmd_objective unless
     the run asks for a generalisation of it (--peer-weight mean, --select shuffled, --peers > 2)."""
     if method.mode not in CMD_MODES:
-        return OBJECTIVES[method.mode]
+        return MODES[method.mode].objective
     if method.peer_weight == "mean":
         return OBJECTIVES["peer-mean"]
     return OBJECTIVES["shuffled" if method.select == "shuffled" else "cohort" if m > 2 else method.mode]

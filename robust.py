@@ -16,6 +16,10 @@ joint_loss        -- Joint optimisation (Tanaka et al. 2018), its first step: th
                      (soft) label, a prior term and an entropy term
 joint_history     -- ... its labels: the last `window` epochs' predictions, whose mean each sample is relabelled to
 
+What their stages and checks read of a run (label_correction.py's entries declare the stages):
+noise_of, check_transition, check_trevision -- the noise's kind and rate; what Forward and T-revision need of a run
+revise_from, joint_begin -- the epoch T-revision's revision starts; the epoch Joint's relabelled labels start
+
 Where the paper and its authors' code differ, the docstring says which is followed, and why. The formulas were read
 in the authors' public code; the papers' equation numbers were not checked here, so none is cited. Every loss is
 float32 (from the logits' float32 log-probabilities, losses.log_probs), a mean over the batch, and waits for nothing
@@ -29,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from noise import transition_matrix
+from noise import NOISE, transition_matrix
 
 RCE_LOG_ZERO = math.log(1e-4)  # A, RCE's log 0: the authors' code clamps the one-hot label at 1e-4 (the SCE paper: −4)
 
@@ -266,3 +270,65 @@ def joint_history(history, probs, window=JOINT_WINDOW):
     Each sample's label is then history.mean(0). Returns the new history."""
     probs = probs[None]
     return probs if history is None else torch.cat([history[max(0, len(history) - window + 1):], probs.to(history)])
+
+
+# ---------------------------------------------------------------- what their stages and checks read of a run
+
+def noise_of(m, lc):
+    """(kind, rate) of a run's synthetic noise (mutual.Method.noise), which Forward's true T and CDR's default τ
+    read; ValueError where the method does not know it."""
+    if m.noise is None:
+        raise ValueError(f"--lc {lc} reads the noise's kind and rate: give Method(noise=(kind, rate)), as train.py "
+                         f"does for --noise sym/pair")
+    return m.noise
+
+
+def check_transition(args, lc, estimates):
+    """What a run of Forward or T-revision lacks: the true T of synthetic noise, or a warm-up to estimate T̂ after."""
+    if not estimates:
+        if NOISE[args.noise].matrix is not None and NOISE[args.noise].takes_rate:
+            return None
+        with_t = " or ".join(k for k, x in NOISE.items() if x.matrix is not None and x.takes_rate)
+        return (f"--lc {lc} trains with the noise's true T, which only noise of a matrix has (--noise {with_t}); "
+                f"for --noise {args.noise}, estimate it: --lc forward-anchor --warmup W")
+    if args.warmup < 1:
+        return f"--lc {lc} estimates T̂ from the models once their warm-up ends: give --warmup W (W >= 1 epochs of CE)"
+    return None
+
+
+def revise_from(m, epochs):
+    """The epoch from whose start T-revision's models learn their slack ΔT: the last --trevision-revise epochs, and
+    never before an epoch has trained with the warm-up's T̂ (check_trevision refuses a revision that would); None:
+    reweighting alone."""
+    revise = m.comparators.trevision_revise
+    return max(epochs - revise, m.warmup + 1) if revise else None
+
+
+def check_trevision(args):
+    """--lc trevision: what its estimate needs, and a revision stage that starts after the warm-up's estimate."""
+    why = check_transition(args, "trevision", True)
+    if why:
+        return why
+    if not args.trevision_revise:
+        return None if args.trevision_revise_lr == REVISION_LR else (
+            f"--trevision-revise-lr {args.trevision_revise_lr:g} is the lr of a revision stage, and the run has none; "
+            f"give --trevision-revise E, or drop it")
+    if args.epochs - args.trevision_revise <= args.warmup:
+        return (f"--trevision-revise {args.trevision_revise} starts the revision before --warmup {args.warmup}'s "
+                f"estimate of T̂ has trained a step (--epochs {args.epochs}); give it fewer than "
+                f"{args.epochs - args.warmup} epochs")
+    return None
+
+
+def trevision_loss(logits, logp, y, s):
+    """T-revision's reweighting with the model's T̂ (s["estimate"]), or in its revision stage with T̂ + ΔT (s["slack"],
+    from revise_from on)."""
+    if "slack" in s:
+        return revision_loss(logits, y, s["estimate"], s["slack"], logp=logp)
+    return reweight_loss(logits, y, s["estimate"], logp=logp)
+
+
+def joint_begin(m, epochs):
+    """The epoch from whose start Joint optimisation's models train on their relabelled labels: the --joint-begin
+    fraction of the run's epochs (their code: epoch 70 of 200), at least 1."""
+    return max(1, round(m.comparators.joint_begin * epochs))

@@ -73,16 +73,17 @@ def noise_entropy(rate, num_classes):
     return -(1 - rate) * math.log(1 - rate) - rate * math.log(rate / (num_classes - 1))
 
 
-def eta_bound(num_classes, rate, b=-5.0):
+def eta_bound(num_classes, rate, b):
     """The eta below which chi of Eq. 7 starts above H_nu: chi(0) = 2 s(-0.5, b) ln K / eta > H_nu, 1.85 ln K / H_nu
-    at b = -5 (2.7 at K = 10 and nu = 0.4). Above it, CMD teaches little before the networks memorise."""
+    at CMD-P's b = -5 (2.7 at K = 10 and nu = 0.4). Above it, CMD teaches little before the networks memorise."""
     return 2 * logistic(-0.5, b) * math.log(num_classes) / noise_entropy(rate, num_classes)
 
 
-def eta_start(num_classes, rate, b=-5.0):
+def eta_start(num_classes, rate, b):
     """The eta to start with: 3/4 of eta_bound, rounded down to a half, so that chi starts a third above H_nu (2 at K =
     10 and nu = 0.4, 2.5 at K = 100). Why a third: in the project's eta study the networks' mean entropy in epochs
     2-10 was 1.05-1.28 H_nu, and only a chi above it teaches in those epochs (eta = 2, chi(0) = 1.37 H_nu, taught
     0.69-0.83 of the samples an epoch; eta = 2.5, 1.10 H_nu, 0.09-0.32); its clean validation split chose eta = 2
-    over 4. Measured at K = 10 and nu = 0.4 alone (docs/copy.md): a start, to tune on clean validation data."""
+    over 4. Measured at K = 10, nu = 0.4 and b = -5 alone (docs/copy.md): a start, to tune on clean validation
+    data."""
     return math.floor(2 * 0.75 * eta_bound(num_classes, rate, b)) / 2

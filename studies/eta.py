@@ -48,7 +48,7 @@ def h_noise(k=K, rate=RATE):
 
 def bound(k=K, rate=RATE):
     """docs/copy.md's bound, schedule.eta_bound: χ starts above H_ν for η < 1.85 ln K / H_ν (b = −5)."""
-    return schedule.eta_bound(k, rate)
+    return schedule.eta_bound(k, rate, B)
 
 
 def grids(data_dir):

@@ -373,8 +373,8 @@ def wave(args, lines):
     if not os.path.isdir(args.data_dir):
         raise UserError(f"--data-dir {args.data_dir} not found: the four Fashion-MNIST IDX files "
                         "(Debian: apt-get install dataset-fashion-mnist)")
-    from training import config, rundir  # torch is imported here, not for a dry run or a report
-    device = config.pick_device(args.device)  # --device cuda without a GPU: one line, nothing written
+    from training import build, rundir  # torch is imported here, not for a dry run or a report
+    device = build.pick_device(args.device)  # --device cuda without a GPU: one line, nothing written
     os.makedirs(args.out, exist_ok=True)
     info = dict(wave=uuid.uuid4().hex[:12], size=args.size, noise=noise, rate=RATE, seeds=seeds, budget_s=args.budget,
                 graph=args.graph, jobs=args.jobs or len(argv), order=ORDER, margin=MARGIN,

@@ -8,14 +8,16 @@ two cores, so pytest does not collect it (no test_ prefix); the digests hold for
 count, so there is no stored digest to compare a single checkout with.
 
 Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every knowledge mode x label
-correction, from the registries, mkd, kdcl, a cohort, pair noise, --val-split with --subset, a cnn/resnet18
-pair, Co-teaching, Co-teaching+
-with and without its initial epoch, JoCoR, and the shuffled-selection and peer-mean controls). The digest of a
+correction and every other mode, from the registries, a cohort, pair noise, --val-split with --subset, a
+cnn/resnet18 pair, Co-teaching+ with an initial epoch, the shuffled-selection and peer-mean controls, and the
+stages in full: T-revision's revision, DMI's warm-up, Joint's second step on its first step's labels). The digest of a
 run is the SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every
 number bit-identical keeps every digest. --compare prints the configurations whose digests differ.
 """
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -25,22 +27,40 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the registries of this checkout
 from label_correction import LABEL_CORRECTIONS  # noqa: E402
-from mutual import CMD_MODES  # noqa: E402
+from mutual import CMD_MODES, MODES  # noqa: E402
+from training import config  # noqa: E402
 
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "3", "--synthetic-size", "96",
         "--synthetic-test-size", "48", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu",
         "--workers", "0", "--seed", "3"]
-# every knowledge mode with every label correction, from their registries (one whose stage estimates after a warm-up
-# gets one epoch of it)
-CONFIGS = {f"{mode}-{lc}": ["--mode", mode, "--lc", lc] + (["--warmup", "1"] if c.estimate else [])
-           for mode in CMD_MODES for lc, c in LABEL_CORRECTIONS.items()}
+
+
+def runnable(flags):
+    """flags, or with a warm-up epoch where train.py asks for one (a stage that estimates after a warm-up)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the notes resolve prints
+            config.resolve(config.get_args(TINY + flags + ["--out", os.devnull]))
+        return flags
+    except config.UserError as e:
+        if "--warmup" not in str(e):
+            raise
+        return flags + ["--warmup", "1"]
+
+
+# every knowledge mode with every label correction, and every other mode, from their registries
+CONFIGS = {f"{mode}-{lc}": runnable(["--mode", mode, "--lc", lc]) for mode in CMD_MODES for lc in LABEL_CORRECTIONS}
+CONFIGS.update({mode: ["--mode", mode] for mode in MODES if mode not in CMD_MODES})
+CONFIGS.update({  # the stages in full: a revision after the estimate, a warm-up, a second step on a first's labels
+    "trevision-revise": ["--mode", "zero", "--lc", "trevision", "--warmup", "1", "--trevision-revise", "1"],
+    "dmi-warmup": ["--mode", "zero", "--lc", "dmi", "--warmup", "1"],
+    "joint-then-ce": ["--mode", "zero", "--lc", "joint", "--then", "--mode", "zero", "--lc", "ce", "--labels-from",
+                      "{first}"],
+})
 CONFIGS.update({
-    "mkd": ["--mode", "mkd"], "kdcl": ["--mode", "kdcl"],
     "cohort3": ["--mode", "progressive", "--lc", "mylc", "--peers", "3"],
     "pair-eta1.5": ["--mode", "static", "--eta", "1.5", "--noise", "pair", "--rate", "0.3"],
     "val-subset": ["--mode", "progressive", "--val-split", "0.2", "--subset", "80"],
     "cnn+resnet18": ["--mode", "progressive", "--arch", "cnn,resnet18"],
-    "coteach": ["--mode", "coteach"], "coteach+": ["--mode", "coteach+"], "jocor": ["--mode", "jocor"],
     "coteach+init1": ["--mode", "coteach+", "--coteach-plus-init", "1", "--forget-rate", "0.6"],
     "shuffled": ["--mode", "progressive", "--select", "shuffled"],
     "cohort3-shuffled": ["--mode", "progressive", "--select", "shuffled", "--peers", "3"],
@@ -57,11 +77,16 @@ def digest(out):
 
 
 def run(repo, name, flags, tmp):
-    out = os.path.join(tmp, name)
-    res = subprocess.run([sys.executable, "train.py", *TINY, *flags, "--out", out], cwd=repo, capture_output=True,
-                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if res.returncode != 0:
-        return name, "failed: " + (res.stderr.strip().splitlines() or ["?"])[-1]
+    """One configuration: its train.py runs in turn (--then separates them, {first} names the first's folder), the
+    digest of the last."""
+    steps, out = " ".join(flags).split(" --then "), None
+    for i, step in enumerate(steps):
+        first, out = out, os.path.join(tmp, f"{name}-{i}")
+        argv = [a.replace("{first}", first or "") for a in step.split()]
+        res = subprocess.run([sys.executable, "train.py", *TINY, *argv, "--out", out], cwd=repo, capture_output=True,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if res.returncode != 0:
+            return name, "failed: " + (res.stderr.strip().splitlines() or ["?"])[-1]
     return name, digest(out)
 
 

@@ -14,10 +14,11 @@ from test_mutual import setup
 from test_train import TINY, metrics
 
 import train
-from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteaching, coteaching_plus, jocor, keep_rule,
-                       remember_rate, small_loss)
+import baselines
+from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteach_plus_rule, coteaching, coteaching_plus, jocor,
+                       keep_rule, remember_rate, small_loss)
 from label_correction import gce_loss
-from mutual import ALIASES, MODES, SMALL_LOSS, THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step, sum_names
+from mutual import ALIASES, MODES, Clock, Comparators, Method, Precision, mutual_step, sum_names
 from training import config
 
 N, K = 12, 4
@@ -227,16 +228,15 @@ def test_coteaching_plus_before_its_initial_epochs_is_coteaching():
     (ca, cb), ct = coteaching(z_a, z_b, y, 0.75)
     assert torch.equal(pa, ca) and torch.equal(pb, cb) and all(torch.equal(pt[k], ct[k]) for k in ct)
     m = comparator("coteach+", forget_rate=0.3, coteach_plus_init=3)
-    assert [keep_rule(m, at(e)).disagree for e in range(5)] == [False, False, False, True, True]
-    assert keep_rule(comparator("coteach+", forget_rate=0.3), at(0)).disagree  # MNIST's 0
-    assert not keep_rule(comparator("coteach", forget_rate=0.3), at(9)).disagree
+    assert [coteach_plus_rule(m, at(e)).disagree for e in range(5)] == [False, False, False, True, True]
+    assert coteach_plus_rule(comparator("coteach+", forget_rate=0.3), at(0)).disagree  # MNIST's 0
 
 
 def test_remember_rate_falls_linearly_over_t_k_epochs_then_stays():
     assert [remember_rate(t, 0.4, 10) for t in (0, 5, 10, 50)] == pytest.approx([1.0, 0.8, 0.6, 0.6])
     assert remember_rate(1, 0.4, 2) == pytest.approx(0.8)
     m = comparator("jocor", forget_rate=0.2, num_gradual=4)
-    assert keep_rule(m, at(2, batch=7)).keep == pytest.approx(0.9)  # once an epoch: the batch does not move it
+    assert keep_rule(m, at(2, batch=7)) == pytest.approx(0.9)  # once an epoch: the batch does not move it
 
 
 def test_the_step_rule_is_the_authors_product_of_epoch_and_batch_index():
@@ -244,7 +244,7 @@ def test_the_step_rule_is_the_authors_product_of_epoch_and_batch_index():
     assert coteach_plus_early(9, 499) and not coteach_plus_early(9, 500)  # their epoch 10: 10 * 500 = 5000
     assert coteach_plus_early(10 ** 6, 0)  # every epoch's first batch
     m = comparator("coteach+", forget_rate=0.3)
-    assert keep_rule(m, at(9, batch=499)).early and not keep_rule(m, at(9, batch=500)).early  # from the clock
+    assert coteach_plus_rule(m, at(9, batch=499)).early and not coteach_plus_rule(m, at(9, batch=500)).early
 
 
 def test_small_loss_marks_the_n_keep_smallest():
@@ -365,13 +365,13 @@ def test_a_small_loss_mode_refuses_a_cohort():
 
 
 def test_the_modes_and_their_papers_names():
-    assert set(SMALL_LOSS) <= set(MODES) and not set(SMALL_LOSS) & set(THRESHOLDS)  # no chi: no (eta, b)
+    assert all(MODES[m] is x and x.thresholds is None for m, x in baselines.MODES.items())  # no chi: no (eta, b)
     assert ALIASES["co-teaching"] == "coteach" and ALIASES["co-teaching+"] == "coteach+"
 
 
 # ---------------------------------------------------------------- end to end through train.py
 
-@pytest.mark.parametrize("mode", ["coteach", "coteach+", "jocor"])
+@pytest.mark.parametrize("mode", list(baselines.MODES))
 def test_each_comparator_trains_and_reports_its_selection(tmp_path, mode):
     out = str(tmp_path / "r")
     summary = train.main(TINY + ["--epochs", "2", "--mode", mode, "--out", out])
@@ -380,12 +380,11 @@ def test_each_comparator_trains_and_reports_its_selection(tmp_path, mode):
     for r in rows:
         assert {"selected_a2b", "selected_b2a", "precision_a2b", "precision_b2a", "recall_a2b", "recall_b2a"} <= set(r)
         assert r["chi"] is None and math.isfinite(r["train_loss_a"]) and math.isfinite(r["train_loss_b"])
-    if mode != "coteach+":  # R(0) = 1, R(1) = 1 - 0.4/10: int(0.96 * 32) = 30 of each batch of 32
+        assert all(0 <= r[k] <= 1 for k in ("selected_a2b", "selected_b2a"))
+    if MODES[mode].rule is keep_rule:  # R(0) = 1, R(1) = 1 - 0.4/10: int(0.96 * 32) = 30 of each batch of 32
         assert rows[0]["selected_a2b"] == rows[0]["selected_b2a"] == 1
         assert rows[1]["selected_a2b"] == rows[1]["selected_b2a"] == 90 / 96
         assert 0 < rows[1]["precision_a2b"] <= 1 and 0 < rows[1]["recall_a2b"] <= 1
-    else:  # among the disagreements only
-        assert all(0 <= r["selected_a2b"] <= 1 for r in rows)
 
 
 @pytest.mark.parametrize("mode", ["zero", "progressive"])

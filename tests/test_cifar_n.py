@@ -14,7 +14,7 @@ from test_datasets import one_line, write_cifar, write_cifar10
 
 import train
 from tools import plot
-from training import cifar_n, config, datasets, rundir
+from training import build, cifar_n, config, datasets, rundir
 from training.errors import UserError
 from training.datasets import DATASETS, DataError, load_dataset
 
@@ -237,8 +237,9 @@ def test_subset_and_val_split_keep_each_image_with_its_human_label(tmp_path):
     args = config.resolve(config.get_args(run_args(root, "cifar10", "--noise-key", "aggre", "--subset", "30",
                                                    "--val-split", "0.2")))
     fresh = rundir.Run(str(tmp_path / "unused"), {}, resume=False, writes=False)  # a new run: the labels are drawn
-    setup = train.Setup(0, 1, 0, torch.device("cpu"), "off", "off", {})
-    data, tr, tests, noisy = train.data_and_labels(args, fresh, setup)
+    setup = build.Setup(0, 1, 0, torch.device("cpu"), "off", "off", {})
+    data, tr, tests, noisy, rows = build.data_and_labels(args, fresh, setup)
+    assert rows is None  # no --labels-from
     full = data.train.images.reshape(len(clean), -1)
     # the fixture's images are random, so each identifies its index in the training set
     index = {bytes(full[i].numpy()): i for i in range(len(clean))}

@@ -58,7 +58,7 @@ def test_the_comparators_settings_are_not_the_papers_method_fields():
     assert others >= {"forget_rate", "num_gradual", "coteach_plus_init", "jocor_lambda", "kdcl_t", "kdcl_lambda",
                       "gce_q", "tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier", "mkd_eps"}
     groups = {g.title.split()[0]: {a.dest for a in g._group_actions} for g in config.parser()._action_groups}
-    assert groups["method"] == paper - {"comparators", "noise", "estimates", "slack"} and groups["comparators"] == others
+    assert groups["method"] == paper - {"comparators", "noise", "state"} and groups["comparators"] == others
 
 
 def test_changing_a_default_in_method_changes_the_flag(monkeypatch):
@@ -215,7 +215,8 @@ def test_the_papers_pair_reads_on_one_screen_without_cohorts_or_controls():
 
 def test_the_root_holds_the_paper_and_the_entry_points():
     py = sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py"))
-    assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines", "robust"}, py
+    # beside the paper: its comparators, and what their registry entries declare (which the paper's files import)
+    assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines", "robust", "registry"}, py
     for folder in ("training", "tools", "studies", "tests"):
         assert os.path.isfile(os.path.join(HERE, folder, "__init__.py")) or folder == "tests"
 
@@ -305,15 +306,15 @@ def test_the_synthetic_flags_take_the_data_sets_own_defaults():
             assert getattr(args, f"synthetic_{field}") == default
 
 
-def test_the_method_and_the_trainer_use_the_comparators_only_through_the_table_of_objectives():
+def test_the_method_and_the_trainer_use_the_comparators_only_through_their_registry_entries():
     for name in ("mutual.py", "train.py"):
         tree = ast.parse(open(os.path.join(HERE, name)).read())
         imports = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         from_baselines = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "baselines"]
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                 and n.value.id == "baselines"}
-        assert not from_baselines and used <= {"objective"}, (name, used)
-        assert ("baselines" in imports) == (name == "mutual.py")  # mutual.OBJECTIVES; train.py not at all
+        assert not from_baselines and used <= {"MODES"}, (name, used)  # their registry entries
+        assert ("baselines" in imports) == (name == "mutual.py")  # mutual.MODES; train.py not at all
 
 
 def test_no_global_is_reassigned_outside_the_tests():

@@ -80,7 +80,8 @@ def test_step_minimises_eqs_5_and_6(lc):
         z_a, z_b = (copy.deepcopy(n)(x) for n in nets)
     h_a, h_b = entropy(F.softmax(z_a, -1)), entropy(F.softmax(z_b, -1))
     chi = torch.cat([h_a, h_b]).median().item()  # some samples of each model pass, some do not
-    method = Method(mode="static", lc=lc, eta=math.log(K) / chi, b=0.0, noise=("sym", 0.4), estimates=(ESTIMATE,) * 2)
+    method = Method(mode="static", lc=lc, eta=math.log(K) / chi, b=0.0, noise=("sym", 0.4),
+                    state={"estimate": (ESTIMATE,) * 2})
     q = one_hot(y, K)
     self_a, qt_a = expected_self_loss(method, z_a, q, y, 0.7, 0.6)
     self_b, qt_b = expected_self_loss(method, z_b, q, y, 0.3, 0.6)
@@ -191,7 +192,7 @@ def test_a_cohort_of_two_is_the_pair_bit_for_bit(lc):
     nets, opts, x, y, y_clean = setup(seed=4)
     twins = [copy.deepcopy(n) for n in nets]
     twin_opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in twins]
-    method = Method(mode="static", lc=lc, eta=2.0, b=0.0, noise=("sym", 0.4), estimates=(ESTIMATE,) * 2)
+    method = Method(mode="static", lc=lc, eta=2.0, b=0.0, noise=("sym", 0.4), state={"estimate": (ESTIMATE,) * 2})
     chi, r = math.log(K) / 1.2, (0.7, 0.3)
     s = step(nets, opts, x, y, y_clean, method, chi, r=r)
     loss_a, loss_b = pair_step_oracle(twins, twin_opts, x, y, method, chi, [torch.tensor(v) for v in r], 0.6)

@@ -26,9 +26,10 @@ import models
 import mutual
 import noise
 import train
+from label_correction import LABEL_CORRECTIONS
 from mutual import Clock, Comparators, Method, Precision, mutual_step
 from tools import batched, plot
-from training import config, datasets, download, presets, report, tiny
+from training import config, datasets, download, presets, report, rundir, stages, tiny
 from training.images import DataError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,8 +208,8 @@ def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkey
 # ---------------------------------------------------------------- every knob reaches what a step computes
 
 KNOBS = [(kind, f) for kind in (Method, Comparators) for f in dataclasses.fields(kind)
-         if f.name not in ("mode", "lc", "comparators", "noise", "estimates", "slack")]  # the axes are the
-# registries, tested above; noise and a stage's estimates and slacks are the run's, not knobs
+         if f.name not in ("mode", "lc", "comparators", "noise", "state")]  # the axes are the registries, tested
+# above; noise and what a label correction's stages make are the run's, not knobs
 
 
 def other_value(f):
@@ -229,53 +230,69 @@ def other_value(f):
     raise AssertionError(f"no other valid value found for {f.name}")
 
 
+EPOCHS = 10  # the run step_of trains in
+
+
+def predictions(epoch, m):
+    """The fixed predictions of m models on step_of's 64 samples at the start of epoch, which a stage reads."""
+    g = torch.Generator().manual_seed(10 + epoch)
+    return [torch.softmax(3 * torch.randn(64, 4, generator=g), -1) for _ in range(m)]
+
+
 def step_of(method, m=2, epoch=1):
     """What one training step computes (its sums) for this method: train.py's step on a fixed batch of 64 for a
-    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, with fixed relabelled rows once a
-    relabelling correction relabels (Joint's), in epoch `epoch` + 1 of 10 (epoch 1:
+    small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, in epoch `epoch` + 1 of 10 (epoch 1:
     t/Γ = 0.125, where Eq. 7's b, ProSelfLC's transit and the comparators' R(t) all matter; epoch 8, where R(t)
-    keeps few enough of Co-teaching+'s disagreements that τ moves the count). The inputs' scales spread the predictions'
-    entropies over [0, ln K], so that a χ that moves moves the selection."""
-    estimate = label_correction.LABEL_CORRECTIONS[method.lc].estimate
-    if estimate is not None and method.estimates is None:  # a stage's estimate, from fixed predictions, so that a
-        probs = torch.distributions.Dirichlet(torch.ones(4)).sample((64,))  # knob it reads changes the step too
-        method = dataclasses.replace(method, estimates=tuple(estimate(probs, method) for _ in range(m)))
+    keeps few enough of Co-teaching+'s disagreements that τ moves the count). Its label correction's stages have
+    acted at the start of every epoch up to this one as in a run (training/stages.act), the 64 samples its training
+    set and fixed predictions of them (predictions), so that a knob a stage reads changes the step too. The inputs'
+    scales spread the predictions' entropies over [0, ln K], so that a χ that moves moves the selection."""
     torch.manual_seed(0)
     nets = [nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)) for _ in range(m)]
     with torch.no_grad():
         nets[0][3].weight.mul_(4)  # confident and unconfident predictions both
-    opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in nets]
-    revise = label_correction.LABEL_CORRECTIONS[method.lc].revise
-    if revise is not None and revise(method, 10) is not None and epoch >= revise(method, 10):  # its revision's
-        method = dataclasses.replace(method, slack=tuple(torch.zeros(4, 4, requires_grad=True) for _ in range(m)))
-        opts = label_correction.revision_optimisers(nets, method.slack, method, 5e-4)  # slacks and optimisers
+    models = rundir.Models(nets, [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in nets], [])
+    rows = None
+    for e in range(epoch + 1):  # the stages, as they act at the start of each epoch
+        done = stages.act(method, e, EPOCHS, lambda: predictions(e, m), m, torch.device("cpu"))
+        method, rows = done.method, rows if done.rows is None else done.rows
+        for stage, states in done.optimisers:
+            models = stages.with_optimiser(models, stage, states, method, 5e-4)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(64, 3, 2, 2, generator=g) * torch.linspace(0.05, 8, 64)[:, None, None, None]
     y = torch.randint(0, 4, (64,), generator=g)
-    clock = Clock(epoch, 1, 4, 10, 0)
+    clock = Clock(epoch, 1, 4, EPOCHS, 0)
     precision = Precision(dict(device_type="cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False))
-    batch = (x, y, (y + 1) % 4)
-    relabel = label_correction.LABEL_CORRECTIONS[method.lc].relabel
-    if relabel is not None and epoch >= relabel(method, clock.epochs):  # relabelled by now: each model's own rows
-        batch += (torch.softmax(3 * torch.randn(m, 64, 4, generator=torch.Generator().manual_seed(2)), -1),)
-    sums, _ = mutual_step(nets, opts, batch, method, method.chis_at(clock.t, clock.epochs, 4, m),
+    batch = (x, y, (y + 1) % 4) + (() if rows is None else (rows,))
+    sums, _ = mutual_step(nets, models.opts, batch, method, method.chis_at(clock.t, clock.epochs, 4, m),
                           [torch.tensor(0.6), torch.tensor(0.8)][:m], clock, precision)
     return torch.cat([sums, *(p.detach().flatten() for n in nets for p in n.parameters()),  # and the update
-                      *(s.detach().flatten() for s in method.slack or ())])
+                      *(s.detach().flatten() for states in (method.state or {}).values() for s in states)])
+
+
+def stage_epochs(*methods):
+    """The epochs where a stage of these methods' label correction starts or starts to show: where a knob that moves
+    a stage changes a step."""
+    return {f(m, EPOCHS) for m in methods for s in LABEL_CORRECTIONS[m.lc].stages for f in (s.start, s.rows_from)
+            if f is not None and f(m, EPOCHS) is not None}
 
 
 def accepted(mode, lc, f):
-    """Whether train.py takes knob f at other_value(f) with --mode and --lc; False: one line, rc 2."""
-    flag = "--" + f.name.replace("_", "-")
-    staged = label_correction.LABEL_CORRECTIONS[lc].estimate and f.name != "warmup"  # its stage needs a warm-up
-    revised = label_correction.LABEL_CORRECTIONS[lc].revise and f.name != "trevision_revise"  # its lr, a revision
-    try:  # 20 epochs: room for a warm-up (of up to 9 epochs), a revision after it
-        config.resolve(config.get_args(ONE_EPOCH + ["--mode", mode, "--lc", lc, flag, str(other_value(f)), "--epochs",
-                                                    "20"] + (["--warmup", "1"] if staged else []) +
-                                       (["--trevision-revise", "2"] if revised else [])))
-        return True
-    except config.UserError:
-        return False
+    """Whether train.py takes knob f at other_value(f) with --mode and --lc; False: one line, rc 2. 20 epochs: room
+    for a warm-up of up to 9, and what a label correction asks of a run given it (its check: a warm-up before an
+    estimate, a revision its lr reads), as its one line says."""
+    flags = ONE_EPOCH + ["--mode", mode, "--lc", lc, "--" + f.name.replace("_", "-"), str(other_value(f)), "--epochs",
+                         "20"]
+    for _ in range(3):
+        try:
+            config.resolve(config.get_args(flags))
+            return True
+        except config.UserError as e:
+            asked = re.findall(r"give (--[a-z-]+) [A-Z]\b", str(e))  # "give --warmup W": the run lacks it
+            if not asked or asked[0] in flags:
+                return False
+            flags += [asked[0], "1" if asked[0] == "--warmup" else "2"]
+    return False
 
 
 def base_method(mode, lc):
@@ -310,9 +327,8 @@ def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_re
             else:
                 changed = dataclasses.replace(base, comparators=dataclasses.replace(base.comparators, **{
                     f.name: other_value(f)}))
-            c = label_correction.LABEL_CORRECTIONS[lc]
-            epochs = (1, 8) + ((3,) if c.relabel else ()) + ((6, 9) if c.revise else ())  # where it relabels, revises
-            changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in epochs)
+            epochs = {1, 8} | stage_epochs(base, changed)  # and where a stage starts, or starts to show
+            changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in sorted(epochs))
             assert changes == read, (
                 f"{f.name} = {other_value(f)} with --mode {mode} --lc {lc}: "
                 + ("declared read but changes nothing the step computes" if read else

@@ -249,7 +249,7 @@ def test_the_estimate_is_the_anchor_points_of_each_models_predictions_when_the_w
     ckpt = torch.load(tmp_path / lc / "checkpoint.pt", weights_only=True)
     for k, p in zip(NAMES, probs):
         want = torch.as_tensor(robust.anchor_transition(p), dtype=torch.float32)
-        assert torch.equal(ckpt[f"estimate_{k}"], want), k
+        assert torch.equal(ckpt[f"state_estimate_{k}"], want), k
         assert torch.allclose(want.sum(1), torch.ones(4))
 
 
@@ -398,7 +398,7 @@ def test_joint_relabels_with_the_mean_of_each_models_last_predictions_and_resume
     final = train_probs(full, JOINT, lambda k: torch.load(full / f"model_{k}.pt", weights_only=True))
     with np.load(full / "labels.npz", allow_pickle=False) as labels:
         for k, p_kept, p_final in zip("ab", kept, final):
-            history = ckpt[f"estimate_{k}"]
+            history = ckpt[f"state_history_{k}"]
             assert history.shape == (2, 96, 4) and torch.equal(history[-1], p_kept), k
             assert np.allclose(labels[k], torch.cat([history, p_final[None]]).mean(0).numpy(), atol=1e-7), k
 
@@ -440,6 +440,29 @@ def test_the_second_step_trains_each_model_on_its_own_labels_from_scratch(tmp_pa
         err = capsys.readouterr().err
         assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
         assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("spoil,message", [
+    (lambda r: r * 0.657, "sample 0 is not a distribution (it sums to 0.657"),
+    (lambda r: torch.cat([r[:3], torch.tensor([[1.25, -0.25, 0.0, 0.0]]), r[4:]]),
+     "sample 3 is not a distribution (it sums to 1.000, its least entry is -0.25"),
+])
+def test_labels_from_refuses_rows_that_are_not_distributions_in_one_line(tmp_path, capsys, spoil, message):
+    """--labels-from: each sample's label must be a distribution (finite, non-negative, summing to 1 within
+    rundir.LABEL_SUM_TOLERANCE); a file whose rows are not is refused in one line, and nothing is written."""
+    import train
+    step1 = tmp_path / "joint"
+    train.main(JOINT + ["--out", str(step1)])
+    with np.load(step1 / "labels.npz") as f:
+        rows = {k: f[k] for k in f.files}
+    np.savez(step1 / "labels.npz", a=spoil(torch.as_tensor(rows["a"])).numpy(), b=rows["b"])
+    second = [a for a in JOINT if a not in ("--joint-begin", "0.67")]
+    second[second.index("joint")] = "ce"
+    with pytest.raises(SystemExit) as e:
+        train.main(second + ["--labels-from", str(step1), "--out", str(tmp_path / "refused")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "model A's label of " + message in err, err
+    assert not (tmp_path / "refused").exists()
 
 
 # ---------------------------------------------------------------- T-revision's revision stage
@@ -503,7 +526,7 @@ def test_the_revision_learns_each_slack_by_adam_and_resumes_equal(tmp_path, caps
     train.main(REVISED + ["--out", str(full)])
     ckpt = torch.load(full / "checkpoint.pt", weights_only=True)
     for k in "ab":
-        assert ckpt[f"slack_{k}"].shape == (4, 4) and 0 < ckpt[f"slack_{k}"].abs().max() < 1e-4, k
+        assert ckpt[f"state_slack_{k}"].shape == (4, 4) and 0 < ckpt[f"state_slack_{k}"].abs().max() < 1e-4, k
         state = ckpt[f"opt_{k}"]
         assert state["param_groups"][0]["lr"] == 5e-7 and "exp_avg" in state["state"][0]
         assert len(state["param_groups"][0]["params"]) == len(ckpt[f"model_{k}"]) - sum(

@@ -79,6 +79,34 @@ def command_in(line):
     return argv[2:]
 
 
+def learners():
+    """Every registry entry with state beyond the models' own: each label correction with stages (what it learns
+    between epochs, registry.Stage), under zero knowledge, and each mode that is not CMD's (a comparator's)."""
+    from label_correction import LABEL_CORRECTIONS
+    from mutual import CMD_MODES, MODES
+    return ([("zero", lc) for lc, c in LABEL_CORRECTIONS.items() if c.stages] +
+            [(mode, None) for mode in MODES if mode not in CMD_MODES])
+
+
+@pytest.mark.parametrize("mode,lc", learners())
+def test_every_stage_and_comparator_resumes_bit_for_bit(tmp_path, capsys, monkeypatch, mode, lc):
+    """Stopped after its first of three epochs (its second metrics line cannot be written), resumed by the command
+    the line says: the run equals the uninterrupted one bit for bit, whatever the entry keeps (a stage's state, a
+    stage's optimiser, a comparator's rule). A warm-up epoch where the entry asks for one."""
+    from test_train import runnable
+    flags = runnable(FLAGS[:-1] + ["3", "--mode", mode] + (["--lc", lc] if lc else []))
+    whole, out = str(tmp_path / "whole"), str(tmp_path / "run")
+    train.main(flags + ["--out", whole])
+    monkeypatch.setattr(runfiles, "open", FullDisk("metrics.jsonl", after=2), raising=False)
+    with pytest.raises(SystemExit):
+        train.main(flags + ["--out", out])
+    line = one_line(capsys.readouterr().err)
+    assert "checkpoint.pt holds epoch 1" in line, line
+    monkeypatch.undo()
+    train.main(command_in(line))
+    assert_same_run(out, whole)
+
+
 def leftovers(out):
     return [f for f in os.listdir(out) if f.endswith(".tmp")]
 

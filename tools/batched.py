@@ -44,7 +44,8 @@ from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, ob
                     step_sums, sum_names)
 from training import build, graph, rundir, runfiles
 from training.batches import Batches
-from training.config import get_args, knobs_for, method_of, pick_device, resolve, run_name
+from training.build import pick_device
+from training.config import get_args, knobs_for, method_of, resolve, run_name
 from training.errors import UserError, one_line
 from training.report import accuracies, chi_keys, epoch_row, epoch_line, final_accuracies
 from tools import sweep

@@ -25,6 +25,7 @@ import os
 import re
 
 import schedule
+from mutual import THRESHOLDS
 from training import runfiles
 from training.errors import UserError
 
@@ -394,7 +395,8 @@ def cell_flags(t, row, col, scale):
     flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + whose[0] + col_flags
     if ETA_START in flags:  # the copy guide's η for the scale's K and the column's noise rate
         rate = float(dict(zip(col_flags[::2], col_flags[1::2])).get("--rate", 0))
-        flags = [f"{schedule.eta_start(scale_classes(scale), rate):g}" if f == ETA_START else f for f in flags]
+        start = schedule.eta_start(scale_classes(scale), rate, THRESHOLDS["progressive"][1])  # at CMD-P's b
+        flags = [f"{start:g}" if f == ETA_START else f for f in flags]
     if scale != "paper":
         i = flags.index("--arch") if "--arch" in flags else None
         flags = flags if i is None else flags[:i] + flags[i + 2:]

@@ -63,7 +63,7 @@ from label_correction import mylc, one_hot
 from losses import cmd_loss, log_probs
 from mutual import THRESHOLDS, Clock, Comparators, Method, Precision, mutual_step
 from tools import batched, sweep
-from training import config, datasets, runfiles
+from training import build, config, datasets, runfiles
 from training.batches import Batches, Placement, Spec
 from training.errors import Parser, UserError, one_line
 from training.graph import WARMUP, place_lr, replayed, step_id
@@ -1041,7 +1041,7 @@ def parse(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv)
-    device = config.pick_device(args.device)  # and cuDNN's autotuner on CUDA, as train.py runs
+    device = build.pick_device(args.device)  # and cuDNN's autotuner on CUDA, as train.py runs
     res = dict(cost=cost, suite=suite, profile=profile, batched=batched_against_processes)[args.part](args, device, argv)
     write_json(args.json, dict(res, reasons=res.reasons) if isinstance(res, Results) else res)
     return res

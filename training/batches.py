@@ -9,7 +9,7 @@ worker_message  -- the one-line message of a DataError raised in a DataLoader wo
 Spec            -- how Batches makes its batches: size, normalisation, shuffling and augmentation
 Placement       -- where Batches puts them: device, DDP rank and world, loader workers, memory format
 Batches         -- an epoch's (x, y, y_clean) batches on the device, sharded over DDP ranks (and each model's
-                   relabelled given labels, where a run has them)
+                   per-sample rows, where a run has them: Batches.rows)
 
 Datasets that fit in memory (TensorImages) live on the device as one uint8 tensor
 and are augmented there: one gather per batch, no workers, no per-image Python.
@@ -144,8 +144,9 @@ class Batches:
     2 samples (BatchNorm needs 2). augment=False trains on the images as they are
     tested (files: resize and centre crop). flip=False makes the augmentation of
     TensorImages crop-only (digits: datasets.DATASETS[...].flip); files always flip.
-    soft: None, or each model's given labels as rows (M, n, K) on the device, which a run sets where it has
-    relabelled its samples (Joint optimisation, --labels-from): each batch then carries its rows (M, B, K) fourth.
+    rows: None, or per-sample rows of each model (M, n, K) on the device, which a run sets where its label
+    correction's stage makes them (registry.Stage.rows) or --labels-from gives them: each batch then carries its
+    rows (M, B, K) fourth.
     """
 
     def __init__(self, ds, *, labels, clean, spec, placement):
@@ -157,7 +158,7 @@ class Batches:
         self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=self.device)
         self.clean = torch.as_tensor(np.asarray(clean, dtype=np.int64), device=self.device)
         self.images = ds.images.to(self.device) if isinstance(ds, TensorImages) else None
-        self.soft = None
+        self.rows = None
 
     def steps(self):
         n, b = len(self.labels), self.batch_size
@@ -183,10 +184,10 @@ class Batches:
             x = self.images[idx]
             if self.augment:
                 x = augment_batch(x, generator=g, flip=self.flip)
-            yield self._to_device(x), self.labels[idx], self.clean[idx], *self._soft(idx)
+            yield self._to_device(x), self.labels[idx], self.clean[idx], *self._rows(idx)
 
-    def _soft(self, idx):
-        return () if self.soft is None else (self.soft[:, idx],)
+    def _rows(self, idx):
+        return () if self.rows is None else (self.rows[:, idx],)
 
     def _from_files(self, shards, seed):
         transform = file_transforms(kind=self.ds.kind, size=self.ds.size, train=self.augment, mean=self.mean,
@@ -198,7 +199,7 @@ class Batches:
         try:
             for x, idx in loader:
                 idx = idx.to(self.device, non_blocking=True)
-                yield self._to_device(x), self.labels[idx], self.clean[idx], *self._soft(idx)
+                yield self._to_device(x), self.labels[idx], self.clean[idx], *self._rows(idx)
         except DataError as err:  # e.g. a corrupt image: one line that names the file, from any worker
             raise DataError(worker_message(err)) from None
 

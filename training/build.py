@@ -1,9 +1,13 @@
 """What a run is built from, before its first step (train.py's main, and tools/batched.py for many runs).
 
 setup_distributed -- rank, world size and local rank under torchrun
+pick_device  -- the torch.device of --device (training/config.py's add_device_flag), the same in every entry point
 Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
 load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
 given_labels -- the labels a run trains on: CIFAR-N's human ones, or noise.add_noise's; a refusal in one line
+data_and_labels -- train.py's data: load_data, --check-images (check_files), the labels the run trains on, and the
+                labels --labels-from gives
+weights_meta -- what the final weights file records beside the weights (evaluate.py reads it)
 check_train_size -- enough training samples for a batch on every process, checked before anything is written
 batch_args   -- Batches' settings for the training set
 eval_batches -- one Batches per test set
@@ -12,6 +16,7 @@ check_input_size -- each model takes the training images' size, checked before a
 """
 import math
 import os
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -20,10 +25,9 @@ import torch.distributed as dist
 
 import models
 from noise import NOISE, add_noise
-from training import datasets, images, rundir
+from training import datasets, graph, images, rundir
 from training.cifar_n import human_labels
 from training.batches import Batches, Placement, Spec
-from training.config import pick_device
 from training.errors import UserError
 from training.ranks import ALONE, Ranks
 
@@ -80,6 +84,61 @@ def given_labels(args, d, train, keep):
                         "choose another --noise") from None
 
 
+def data_and_labels(args, run, setup):
+    """load_data, --check-images, and the labels trained on (the run's own on resume); bad data: one line.
+    Returns (Data, the training set, the test sets, the given labels of the training set, and each model's labels
+    as rows (M, n, K) that --labels-from gives, or None)."""
+    try:
+        d, train, tests, keep = load_data(args)
+        if args.check_images:
+            check_files(args, train, tests, setup.log)
+        noisy = run.noisy_labels(len(train.labels), d.num_classes)
+        if noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
+            noisy = given_labels(args, d, train, keep)
+    except datasets.BadImages as e:
+        if len(e.bad) > 1:  # one line per file, then main's error line
+            for path, why in e.bad:
+                print(f"train.py: unreadable image: {path} ({why})", file=sys.stderr)
+        raise
+    check_train_size(len(noisy), setup.world)
+    realised = "-" if args.noise == "none" else f"{np.mean(noisy != train.labels):.3f}"  # none: unknown, or 0
+    setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise {realised}) " +
+              " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
+    rows = None if args.labels_from is None else rundir.load_labels(
+        args.labels_from, noisy, args.peers, d.num_classes, setup.config).to(setup.device)
+    return d, train, tests, noisy, rows
+
+
+def check_files(args, train, tests, log):
+    """--check-images: decode every image read from files now, and list all that fail."""
+    files = [ds for ds in (train, *tests.values()) if isinstance(ds, datasets.FileImages)]
+    paths = [p for ds in files for p in ds.paths]
+    if paths:
+        log(f"checking {len(paths)} images with {max(1, args.workers)} threads", flush=True)
+        images.check_images(paths, args.workers)
+        log(f"--check-images: all {len(paths)} images can be read")
+    elif args.dataset == "folder":
+        log("--check-images: the folder's images are small, so all were decoded when it was loaded")
+    else:
+        log(f"--check-images: nothing to check, {args.dataset} is not read from image files")
+
+
+NO_CUDA = "--device cuda but torch sees no CUDA device; use --device cpu"
+
+
+def pick_device(choice, local_rank=0):
+    """The torch.device of --device (under torchrun, this process's GPU); --device cuda without one: UserError."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise UserError(NO_CUDA)
+    if choice == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    # every batch has the same shapes, so cuDNN's autotuner pays for itself after a few steps: the ResNet34
+    # pair's step fell from 27.5 to 22.7 ms on one H200 (python -m tools.perf profile, docs/performance.md)
+    torch.backends.cudnn.benchmark = True
+    return torch.device("cuda", local_rank)
+
+
 def check_train_size(n, world):
     """DataError unless each of the world's processes has 2 training samples: BatchNorm needs 2, so with fewer
     no batch could be made."""
@@ -103,6 +162,14 @@ def eval_batches(d, tests, placement):
     spec = Spec(batch_size=500, mean=d.mean, std=d.std, train=False)
     return {name: Batches(v, labels=v.labels, clean=v.labels, spec=spec, placement=placement)
             for name, v in tests.items()}
+
+
+def weights_meta(args, d, train):
+    """What the final weights file records beside the weights (evaluate.py reads it): the dataset, its number
+    of classes, the epochs, the input size of the training images and their normalisation."""
+    size = list(train.images.shape[1:]) if isinstance(train, datasets.TensorImages) else [3, train.size, train.size]
+    return dict(dataset=args.dataset, num_classes=d.num_classes, epoch=args.epochs, input_size=size, mean=d.mean,
+                std=d.std)
 
 
 def build_models(args, num_classes, train, setup):
@@ -151,13 +218,17 @@ class Setup(NamedTuple):
     ranks: Ranks = ALONE  # under torchrun, the agreement of every rank (training/ranks.py)
 
     @classmethod
-    def of(cls, args):
+    def of(cls, args, method=None):
+        """The Setup of a run of these flags; with its method (mutual.Method), config.json's record holds how its
+        step runs, eager or replayed (graph.resolve: --graph)."""
         rank, world, local_rank = setup_distributed()
         device = pick_device(args.device, local_rank)
         amp = {"auto": "bf16" if device.type == "cuda" else "off"}.get(args.amp, args.amp)
         channels_last = {"auto": "on" if device.type == "cuda" else "off"}.get(args.channels_last, args.channels_last)
         config = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in vars(args).items()}
         config.update(amp=amp, channels_last=channels_last, world_size=world)
+        if method is not None:
+            config["graph"] = graph.resolve(args.graph, device, amp, method, dist.is_initialized(), args.compile)
         ranks = Ranks(rank, world, distributed=True) if dist.is_initialized() else ALONE  # they stop together from here
         return cls(rank, world, local_rank, device, amp, channels_last, config, ranks)
 

@@ -2,8 +2,9 @@
 
 (appendix C's optimisation presets, which both resolve and --help read, are presets.py)
 get_args        -- the flags
+settings        -- train.py's first step: the flags resolved and checked, and the method they make (a Settings)
 resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values:
-                   the method, the label noise, the models, the optimiser and the run directory in turn
+                   the method, the label noise, the models, the optimiser, the stages and the run directory in turn
 method_of       -- the mutual.Method (with its Comparators) of the resolved flags
 
 The method's own hyperparameters become a mutual.Method (method_of); nothing
@@ -14,13 +15,12 @@ import math
 import os
 import warnings
 from dataclasses import fields
-
-import torch
+from typing import NamedTuple
 
 import models
 import schedule
 from label_correction import LABEL_CORRECTIONS
-from mutual import ALIASES, CMD_MODES, MODES, NAMES, SMALL_LOSS, THRESHOLDS, Comparators, Method, knobs_read
+from mutual import ALIASES, CMD_MODES, MODES, NAMES, THRESHOLDS, Comparators, Method, knobs_read
 from noise import NOISE
 from training import cifar_n, datasets
 from training.errors import Parser, UserError
@@ -40,28 +40,14 @@ def note(message):
         print(message, flush=True)
 
 
-NO_CUDA = "--device cuda but torch sees no CUDA device; use --device cpu"
 RATE = 0.4  # --rate's default for the synthetic noise kinds, the paper's main setting
 SYNTHETIC = "/".join(k for k, n in NOISE.items() if n.takes_rate)  # the kinds drawn at a rate of the user's: sym/pair
 
 
 def add_device_flag(p):
-    """--device, the same in train.py, evaluate.py and the tools."""
+    """--device, the same in train.py, evaluate.py and the tools (read by training.build.pick_device)."""
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: CUDA when torch sees a GPU, else CPU")
-
-
-def pick_device(choice, local_rank=0):
-    """The torch.device of --device (under torchrun, this process's GPU); --device cuda without one: UserError."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise UserError(NO_CUDA)
-    if choice == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    torch.cuda.set_device(local_rank)
-    # every batch has the same shapes, so cuDNN's autotuner pays for itself after a few steps: the ResNet34
-    # pair's step fell from 27.5 to 22.7 ms on one H200 (python -m tools.perf profile, docs/performance.md)
-    torch.backends.cudnn.benchmark = True
-    return torch.device("cuda", local_rank)
 
 
 def ints(text):
@@ -256,11 +242,14 @@ LIMITS = {
 LIMITS.update({f.name: f.metadata["check"] for f in knobs_of(Method) + knobs_of(Comparators) if f.metadata["check"]})
 
 
-def check_values(args):
-    """Refuse values no run can use, naming the flag and what it must be."""
+def check_values(args, read):
+    """Refuse values no run can use, naming the flag and what it must be: every flag the run reads (a knob of the
+    method that its mode and label correction do not read (not in read), refuse_unread has refused at any other
+    value)."""
+    knobs = set(knob_flags().values())
     for dest, (test, what) in LIMITS.items():
         v = getattr(args, dest)
-        if v is not None and not test(v):
+        if v is not None and (dest in read or dest not in knobs) and not test(v):
             raise UserError(f"--{dest.replace('_', '-')} {v}: must be {what}")
     if any(m < 1 for m in args.milestones):
         raise UserError(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr "
@@ -278,10 +267,10 @@ def resolve(args):
     One concern at a time: the method, the label noise, the models, the optimiser, the run directory."""
     if not 2 <= args.peers <= len(NAMES):
         raise UserError(f"--peers {args.peers}: must be between 2 (the paper's pair) and {len(NAMES)}")
-    resolve_method(args)
-    resolve_noise(args)
+    read = resolve_method(args)  # the knobs of Method and Comparators the run reads (mutual.knobs_read)
+    resolve_noise(args, read)
     archs = resolve_models(args)
-    resolve_optimiser(args, archs[0])
+    resolve_optimiser(args, archs[0], read)
     if args.warmup >= args.epochs:
         raise UserError(f"--warmup {args.warmup} fills the run's --epochs {args.epochs}: --lc {args.lc} would never "
                         f"train; give --warmup below --epochs")
@@ -289,13 +278,41 @@ def resolve(args):
     why = check(args) if check else None  # what the label correction needs of the run (label_correction.py)
     if why:
         raise UserError(why)
+    check_stages(args)
     resolve_out(args)
     return args
 
 
+def check_stages(args):
+    """What the label correction's stages that act in this run need of it (registry.Stage): one process, for a stage
+    reads every training sample's prediction; and a step that is not replayed, where a stage brings its optimiser."""
+    m = method_of(args)
+    for stage in LABEL_CORRECTIONS[args.lc].stages:
+        start = stage.start(m, args.epochs)
+        if start is not None and stage.predictions and "RANK" in os.environ:
+            raise UserError(f"--lc {args.lc}'s {stage.name} stage reads every training sample's prediction in one "
+                            f"process: not under torchrun")
+        if start is not None and stage.optimiser is not None and args.graph in ("capture", "compile"):
+            raise UserError(f"--lc {args.lc}'s {stage.name} stage changes each model's optimiser from epoch "
+                            f"{start + 1}, which a replayed step (--graph {args.graph}) cannot follow; use --graph off")
+
+
+class Settings(NamedTuple):
+    """A run's settings, resolved and checked: its flags, and the method they make."""
+    args: argparse.Namespace  # every flag with its value
+    method: Method            # the paper's hyperparameters, the comparators' settings, the noise (method_of)
+
+
+def settings(argv):
+    """train.py's first step: argv's flags, each unset one filled from the mode and the presets and each checked
+    (resolve), and the method they make (method_of). Bad input: a UserError, one line."""
+    args = resolve(get_args(argv))
+    return Settings(args, method_of(args))
+
+
 def resolve_method(args):
     """--mode, --eta, --b, --lc and the two controls: refuse what the mode contradicts, fill eta and b from
-    THRESHOLDS and lc."""
+    THRESHOLDS and lc. Returns the knobs the run reads (mutual.knobs_read)."""
     if args.eta is not None and math.isnan(args.eta):
         raise UserError("--eta nan is not a number; give a positive eta, or inf for zero knowledge")
     if args.eta is not None:
@@ -307,7 +324,7 @@ def resolve_method(args):
     if MODES[args.mode].thresholds is not None and not MODES[args.mode].tunable and (args.eta is not None or
                                                                                        args.b is not None):
         raise UserError(f"--mode {args.mode} sets eta itself; use --mode {' or '.join(tunable)} to choose --eta/--b")
-    if args.mode in SMALL_LOSS and args.peers != 2:
+    if MODES[args.mode].pair and args.peers != 2:
         raise UserError(f"--mode {args.mode} is defined for a pair of networks, not --peers {args.peers}; drop --peers")
     if MODES[args.mode].thresholds is None:  # no χ: the mode trains on the given labels
         if args.lc not in (None, "ce") or args.eta is not None or args.b is not None:
@@ -325,9 +342,11 @@ def resolve_method(args):
     args.eta = eta if args.eta is None else args.eta
     args.b = b if args.b is None else args.b
     args.lc = args.lc or Method().lc
-    refuse_unread(args)
+    read = knobs_read(args.mode, args.lc)
+    refuse_unread(args, read)
     if args.labels_from is not None:
         check_labels_from(args)
+    return read
 
 
 def check_labels_from(args):
@@ -337,9 +356,9 @@ def check_labels_from(args):
     if MODES[args.mode].thresholds is None:
         raise UserError(f"--labels-from: --mode {args.mode} trains on the given integer labels; use --mode "
                         f"{'/'.join(CMD_MODES)}")
-    if LABEL_CORRECTIONS[args.lc].relabel is not None:
-        raise UserError(f"--labels-from with --lc {args.lc}: it relabels the samples itself; use --lc ce for Joint "
-                        f"optimisation's second step")
+    if any(stage.rows is not None for stage in LABEL_CORRECTIONS[args.lc].stages):
+        raise UserError(f"--labels-from with --lc {args.lc}: its stages make each sample's rows themselves; use --lc "
+                        f"ce for Joint optimisation's second step")
 
 
 def knob_flags():
@@ -347,16 +366,15 @@ def knob_flags():
     return {"--" + f.name.replace("_", "-"): f.name for f in knobs_of(Method) + knobs_of(Comparators)}
 
 
-def refuse_unread(args):
+def refuse_unread(args, read):
     """A knob of Method or Comparators set to a value other than its default that neither --mode nor --lc reads
     (mutual.knobs_read): refused in one line, so that no run carries, or is named by, a setting that changed
-    nothing. η and b are resolve_method's own."""
-    read = knobs_read(args.mode, args.lc)
+    nothing. η and b are resolve_method's own. read: the knobs the run reads."""
     for f in knobs_of(Method) + knobs_of(Comparators):
         if f.name in read or f.name in ("eta", "b") or getattr(args, f.name) == f.default:
             continue
-        by = [f"--mode {m}" for m, x in MODES.items() if f.name in x.knobs] + [
-            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if f.name in x.knobs]
+        by = [f"--mode {m}" for m, x in MODES.items() if f.name in (*x.knobs, *x.settings)] + [
+            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if f.name in (*x.knobs, *x.settings)]
         raise UserError(f"--{f.name.replace('_', '-')} {getattr(args, f.name)}: --mode {args.mode} with --lc {args.lc} "
                         f"does not read it (only {', '.join(by)} {'do' if len(by) > 1 else 'does'}); drop it")
 
@@ -378,7 +396,7 @@ def knobs_for(key, extra):
     return out
 
 
-def resolve_noise(args):
+def resolve_noise(args, read):
     """--noise, --rate, CIFAR-N's --noise-file and --noise-key, and the comparators' τ (--forget-rate), which
     defaults to the rate of synthetic noise."""
     if args.rate is not None and not 0 <= args.rate < 1:
@@ -410,16 +428,20 @@ def resolve_noise(args):
         args.rate = RATE if NOISE[args.noise].takes_rate else 0.0
     if args.noise == "none" and args.rate > 0:
         raise UserError(f"--rate {args.rate} given with --noise none; choose --noise {SYNTHETIC.replace('/', ' or ')}")
-    if args.mode in SMALL_LOSS and args.forget_rate is None:  # the authors' code: τ = the noise rate
+    for name in rate_defaults(args, read):  # a comparator's τ: the noise rate, as their authors' code sets it
         if not NOISE[args.noise].takes_rate:
-            raise UserError(f"--mode {args.mode} needs --forget-rate τ with --noise {args.noise}: it defaults to the "
+            by = f"--mode {args.mode}" if name in (*MODES[args.mode].knobs, *MODES[args.mode].settings) else \
+                f"--lc {args.lc}"
+            raise UserError(f"{by} needs --{name.replace('_', '-')} τ with --noise {args.noise}: it defaults to the "
                             f"noise rate only for synthetic noise (--noise {SYNTHETIC})")
-        args.forget_rate = args.rate
-    if args.lc == "cdr" and args.cdr_rate is None:  # the authors' code: τ = the noise rate
-        if not NOISE[args.noise].takes_rate:
-            raise UserError(f"--lc cdr needs --cdr-rate τ with --noise {args.noise}: it defaults to the noise rate "
-                            f"only for synthetic noise (--noise {SYNTHETIC})")
-        args.cdr_rate = args.rate
+        setattr(args, name, args.rate)
+
+
+def rate_defaults(args, read):
+    """The settings the run reads (read) whose default is the noise rate (a None default: --forget-rate, --cdr-rate)
+    and that it is not given."""
+    return [f.name for f in knobs_of(Comparators) if f.default is None and f.name in read and getattr(args, f.name)
+            is None]
 
 
 def resolve_models(args):
@@ -444,7 +466,7 @@ def resolve_models(args):
     return archs
 
 
-def resolve_optimiser(args, arch):
+def resolve_optimiser(args, arch, read):
     """The epochs, batch size and SGD's flags from appendix C's preset (presets.py) for the dataset and arch;
     then every flag's value is checked, and --epochs given alone scales the preset's milestones."""
     row = preset(args.dataset, arch)
@@ -452,7 +474,7 @@ def resolve_optimiser(args, arch):
     for k, v in row.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    check_values(args)  # every flag has its value now
+    check_values(args, read)  # every flag has its value now
     if epochs_only and args.epochs != row["epochs"]:
         args.milestones = scale_milestones(row["milestones"], row["epochs"], args.epochs)
         now = ", ".join(map(str, args.milestones)) if args.milestones else "none (the lr stays constant)"
@@ -484,8 +506,9 @@ def run_name(args, omit=(), lr=None):
     archs = args.arch.split(",")
     arch = (archs[0] if len(set(archs)) == 1 else "+".join(archs)) + ("" if args.peers == 2 else f"-x{args.peers}")
     eta, b = THRESHOLDS.get(args.mode, (None, None))
-    default = {**vars(Method()), **vars(Comparators()), "eta": eta, "b": b, "forget_rate": (
-        args.rate if args.mode in SMALL_LOSS and NOISE[args.noise].takes_rate else None)}
+    read, rate = knobs_read(args.mode, args.lc), args.rate if NOISE[args.noise].takes_rate else None
+    default = {**vars(Method()), **vars(Comparators()), "eta": eta, "b": b}
+    default.update({f.name: rate for f in knobs_of(Comparators) if f.default is None and f.name in read})
     knobs = [f.name for f in knobs_of(Method) + knobs_of(Comparators) if f.name not in ("mode", "lc")]
     method = args.mode + "".join(
         f"-{getattr(args, k)}" if isinstance(getattr(args, k), str) else f"-{k.replace('_', '-')}{getattr(args, k):g}"

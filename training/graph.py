@@ -6,7 +6,7 @@ objective, the backward, every SGD update and the epoch's sums -- can be capture
 replayed with one launch. What changes from step to step reaches the replay in device tensors filled in place
 before it: the batch, Eq. 7's chi, MyLC's r (Eq. 8), ProSelfLC's t/Γ, and the lr, which the lr schedule fills
 at its milestones. What the step takes as host numbers -- the batch's shape, and for the small-loss
-comparators R(t) and Co-teaching+'s rules (baselines.keep_rule) -- is the graph's key: a step with a new key is
+comparators R(t) and Co-teaching+'s rules (registry.Mode.rule) -- is the graph's key: a step with a new key is
 captured anew. The last, smaller batch of an epoch gets a graph of its own, so every sample trains as in the
 eager step (no drop_last).
 
@@ -26,8 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-import baselines
-from mutual import SMALL_LOSS
+from mutual import MODES
 from training.errors import UserError
 
 WARMUP = 3  # eager steps of each batch shape before it is captured: cuDNN's autotuner, lazy CUDA state
@@ -94,17 +93,15 @@ def place_lr(opts, how, device):
 
 
 def key(method, clock, batch):
-    """What a captured step bakes in from host numbers: the batch's shape and length, and for the small-loss comparators
-    what baselines.keep_rule gives at this clock (R(t) sets how many samples topk keeps; Co-teaching+'s rules
-    choose branches; Co-teaching and JoCoR read R(t) alone). The rest of the clock the step reads is t/Γ,
-    which the replay reads as a tensor. With a warm-up (Method.warmup), also which label correction the step trains
-    by: CE in the warm-up's epochs, --lc's after them (mutual.correction)."""
-    shape = (*batch[0].shape, len(batch))  # a batch of relabelled samples carries their rows: a fourth tensor
+    """What a captured step bakes in from host numbers: the batch's shape and length, and what the mode's rule gives
+    at this clock (registry.Mode.rule: R(t) of the small-loss comparators sets how many samples topk keeps;
+    Co-teaching+'s rules choose branches). The rest of the clock the step reads is t/Γ, which the replay reads as a
+    tensor. With a warm-up (Method.warmup), also which label correction the step trains by: CE in the warm-up's
+    epochs, --lc's after them (mutual.correction)."""
+    shape = (*batch[0].shape, len(batch))  # a batch with a stage's rows carries them: a fourth tensor
     stage = (clock.epoch < method.warmup,) if method.warmup else ()
-    if method.mode not in SMALL_LOSS:
-        return (shape, *stage)
-    s = baselines.keep_rule(method, clock)
-    return shape, s if method.mode == "coteach+" else s.keep, *stage
+    rule = MODES[method.mode].rule
+    return (shape, *stage) if rule is None else (shape, rule(method, clock), *stage)
 
 
 class Graph(NamedTuple):
@@ -181,7 +178,7 @@ class Replayed:
         for static, r_k in zip(self.r, r):
             static.copy_(r_k)
         if k not in self.clocks:
-            host = clock._asdict() if self.method.mode in SMALL_LOSS or self.method.warmup else {}
+            host = clock._asdict() if MODES[self.method.mode].rule or self.method.warmup else {}
             self.clocks[k] = types.SimpleNamespace(**host, progress=self.progress)
         return self.clocks[k]
 

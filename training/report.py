@@ -122,7 +122,8 @@ def evaluate(nets, evals, autocast, device, ranks=ALONE):
 @torch.no_grad()
 def predictions(nets, batches, autocast):
     """Each model's predicted probabilities on every sample of batches (an eval Batches: in order, no
-    augmentation), in eval mode: a list of (N, K) float32 CPU tensors. For a stage's estimate (train.stage)."""
+    augmentation), in eval mode: a list of (N, K) float32 CPU tensors. For a label correction's stages
+    (training/stages.py)."""
     for n in nets:
         n.eval()
     out = [[] for _ in nets]

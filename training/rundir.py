@@ -1,5 +1,6 @@
 """The run directory: what a training run writes into --out, and how it resumes from it.
 
+open_run        -- train.py's --out, checked before anything is read or written: a fresh run, or one to resume
 Run             -- one run's directory as train.main uses it: open or resume, the labels, restore, start,
                    each epoch's files, finish, where a stopped run stopped
 RunError        -- a run directory that cannot be used; its message is one line that says what to do
@@ -13,6 +14,7 @@ resume_command  -- the command line that resumes a run
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and lr schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
+save_labels, load_labels -- the rows a run's stage keeps (labels.npz), and --labels-from's reading of them
 uninterrupted   -- hold a Ctrl-C or SIGTERM back while an epoch's files are written
 record_start    -- config.json at the start, and a line of provenance for each resumption
 (the files' own readers and writers, and the state they say a run is in, are runfiles.py)
@@ -41,6 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from mutual import NAMES
 from training import runfiles
@@ -193,13 +196,12 @@ class Models(NamedTuple):
     lr_scheds: list
 
 
-def save_checkpoint(out, config, epoch, models, r, seconds, estimates=None, slack=None):
+def save_checkpoint(out, config, epoch, models, r, seconds, states=None):
     """Everything a resumed run needs to continue bit for bit, written atomically.
 
     models: Models; r: MyLC's r of each model (device tensors);
     seconds: the run's training time up to here, summed over every process that worked on it;
-    estimates: each model's estimate from a stage (mutual.Method.estimates: T̂), or None; slack: each model's learned
-    slack beside it (mutual.Method.slack: ΔT), or None.
+    states: what the label correction's stages have made (mutual.Method.state: {name: each model's}), or None.
     """
     device = r[0].device
     state = dict(config=config, epoch=epoch, rng_cpu=torch.get_rng_state(), seconds=seconds)
@@ -207,10 +209,8 @@ def save_checkpoint(out, config, epoch, models, r, seconds, estimates=None, slac
         state["rng_cuda"] = torch.cuda.get_rng_state(device)
     for net, opt, lr_sched, r_k, k in zip(*models, r, NAMES):  # model_a, opt_a, sched_a, r_a, model_b, ...
         state[f"r_{k}"] = r_k.cpu()
-        if estimates is not None:
-            state[f"estimate_{k}"] = estimates[NAMES.index(k)].cpu()
-        if slack is not None:
-            state[f"slack_{k}"] = slack[NAMES.index(k)].detach().cpu()
+        for name, per_model in (states or {}).items():
+            state[f"state_{name}_{k}"] = per_model[NAMES.index(k)].detach().cpu()
         state[f"model_{k}"] = getattr(net, "module", net).state_dict()
         state[f"opt_{k}"], state[f"sched_{k}"] = opt.state_dict(), lr_sched.state_dict()
     _save(state, os.path.join(out, "checkpoint.pt"))
@@ -276,11 +276,14 @@ def save_weights(out, nets, archs, meta):
     write_json(out, "weights.json", info)
 
 
-LABELS = "labels.npz"  # a relabelling run's final labels: one (n, K) array per model, named by NAMES
+LABELS = "labels.npz"  # the rows a run's stage keeps after its last epoch (Joint optimisation's labels): one (n, K)
+# array per model, named by NAMES
+LABEL_SUM_TOLERANCE = 1e-4  # how far from 1 a loaded label's sum may be (float32 means of softmax rows: within 1e-6)
 
 
 def save_labels(out, rows):
-    """The labels a relabelling run (Joint optimisation) ended with: rows (M, n, K), model k's under NAMES[k]."""
+    """The rows a run's stage kept after its last epoch (training/stages.kept: Joint optimisation's labels): (M, n,
+    K), model k's under NAMES[k]."""
     with runfiles.replacing(os.path.join(out, LABELS), "wb") as f:
         np.savez(f, **{k: r.detach().cpu().numpy() for k, r in zip(NAMES, rows)})
 
@@ -321,7 +324,15 @@ def load_labels(src, noisy, m, num_classes, config):
     if any(r.shape != (len(noisy), num_classes) or not np.all(np.isfinite(r)) for r in rows):
         raise RunError(f"--labels-from {src}: {path} does not hold {m} finite ({len(noisy)}, {num_classes}) arrays; "
                        f"give the folder of a finished --lc joint run")
+    for k, r in zip(NAMES, rows):  # each sample's label a distribution: non-negative, summing to 1
+        bad = np.flatnonzero((r.min(1) < 0) | (np.abs(r.sum(1, dtype=np.float64) - 1) > LABEL_SUM_TOLERANCE))
+        if len(bad):
+            raise RunError(f"--labels-from {src}: model {k.upper()}'s label of sample {bad[0]} is not a distribution "
+                           f"(it sums to {r[bad[0]].sum(dtype=np.float64):.3f}, its least entry is "
+                           f"{r[bad[0]].min():.3g}; {len(bad)} such samples): give the folder of a finished --lc joint "
+                           f"run, whose labels are its models' mean predictions")
     return torch.as_tensor(np.stack(rows), dtype=torch.float32)
+
 
 
 def restore(ckpt, models, device):
@@ -375,6 +386,27 @@ def record_start(out, config, resumed, changed=None):
     write_json(out, "config.json", config)
 
 
+def open_run(args, setup):
+    """The run directory: checked (a fresh --out, or a run to resume with the same settings) before anything
+    is read or written; says what a resume changes."""
+    run = Run(args.out, setup.config, args.resume, writes=setup.rank == 0)
+    if dist.is_initialized():
+        dist.barrier()  # every rank has checked --out before rank 0 writes into it
+    if run.finished:
+        return run
+    setup.log("settings: " + " ".join(f"{k}={v}" for k, v in setup.config.items()))
+    setup.config["provenance"] = provenance(setup.device, setup.world)  # config.json, not compared on resume
+    if args.resume and run.ckpt is None:
+        print(f"train.py: note: {args.out} has no checkpoint yet (it stopped in its first epoch); "
+              f"starting it again from epoch 1", file=sys.stderr)
+    if run.changed and setup.rank == 0:
+        print("train.py: warning: resuming with " + ", ".join(f"{k} {now} (before: {was})" for k, (was, now) in
+                                                               run.changed.items()) +
+              "; the arithmetic differs, so the results will not equal an uninterrupted run's (config.json records "
+              "it)", file=sys.stderr)
+    return run
+
+
 class Run:
     """One training run's directory (--out), as train.py uses it: open or resume it, then start it, log and
     checkpoint each epoch, and finish it, or stop it on Ctrl-C or bad data. Only rank 0 writes (writes=False
@@ -386,27 +418,21 @@ class Run:
         self.changed = arithmetic_changes(self.ckpt, config)   # ARITHMETIC settings a resume changes
         self.epochs_done = self.ckpt["epoch"] if self.ckpt else 0
         self.stopwatch = Stopwatch(self.ckpt.get("seconds", 0.0) if self.ckpt else 0.0, self.epochs_done)
-
-    def finished(self):
-        """--resume of a finished run (check_out has compared its settings): nothing left to do."""
-        return runfiles.state(self.out) == runfiles.FINISHED
+        self.finished = runfiles.state(out) == runfiles.FINISHED  # --resume of a finished run (check_out has compared
+        # its settings): nothing left to do
 
     def noisy_labels(self, n, num_classes):
         """On resume, the labels the run trained on; None for a fresh run."""
         return None if self.ckpt is None else load_noisy_labels(self.out, n, num_classes)
 
-    def estimates(self, device):
-        """Each model's estimate from a stage (mutual.Method.estimates), as the checkpoint holds it; None for a fresh
-        run, or one whose warm-up had not ended."""
-        if self.ckpt is None or "estimate_a" not in self.ckpt:
+    def states(self, device):
+        """What the label correction's stages had made (mutual.Method.state: {name: each model's}), as the checkpoint
+        holds it; None for a fresh run, or one none of whose stages had acted."""
+        if self.ckpt is None:
             return None
-        return tuple(self.ckpt[f"estimate_{k}"].to(device) for k in NAMES if f"estimate_{k}" in self.ckpt)
-
-    def slack(self, device):
-        """Each model's learned slack (mutual.Method.slack), as the checkpoint holds it; None where it has none."""
-        if self.ckpt is None or "slack_a" not in self.ckpt:
-            return None
-        return tuple(self.ckpt[f"slack_{k}"].to(device) for k in NAMES if f"slack_{k}" in self.ckpt)
+        names = dict.fromkeys(key[len("state_"):key.rindex("_")] for key in self.ckpt if key.startswith("state_"))
+        return {name: tuple(self.ckpt[f"state_{name}_{k}"].to(device) for k in NAMES if f"state_{name}_{k}" in
+                            self.ckpt) for name in names} or None
 
     def restore(self, models, device):
         """(epochs done, MyLC's r): the checkpoint's, put back into models; 0 and r = 0 for a fresh run."""
@@ -430,12 +456,11 @@ class Run:
                 np.save(f, noisy)
         trim_metrics(self.out, self.epochs_done)
 
-    def log_epoch(self, row, hist, chis, models, r, estimates=None, slack=None):
+    def log_epoch(self, row, hist, chis, models, r, states=None):
         """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C or SIGTERM lands after
         them, and when one cannot be written (runfiles.WriteError) the others are taken back: metrics.jsonl
         never holds an epoch that the checkpoint does not. chis: the step's χ of each model (Method.chis_at) at
-        the epoch's start and end; estimates, slack: each model's estimate from a stage and its learned slack
-        (Method.estimates, Method.slack), or None."""
+        the epoch's start and end; states: what the stages have made (Method.state), or None."""
         seconds = self.stopwatch.tick()
         with uninterrupted():
             if self.writes:
@@ -444,7 +469,7 @@ class Run:
                     append_entropy_hist(self.out, row["epoch"], hist, self.num_classes, chis,
                                         self.config["noise"] != "none")
                     if self.resumable:  # --checkpoint none: the metrics alone
-                        save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds, estimates, slack)
+                        save_checkpoint(self.out, self.config, row["epoch"], models, r, seconds, states)
                 except runfiles.WriteError:
                     trim_metrics(self.out, self.stopwatch.saved)  # in place: needs no space
                     with contextlib.suppress(runfiles.WriteError):  # a resume rewrites the epoch's row anyway
