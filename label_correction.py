@@ -13,6 +13,8 @@ confidence_from_sum     -- Eq. 8 from each model's sum_i H(p_i) over an epoch: M
 mylc                    -- MyLC (appendix B): eps = s(r - rho, b1) * l(p)
 tfkd_reg_loss           -- Tf-KD_reg (Yuan et al. 2020), the authors' code variant, a loss
 gce_loss                -- GCE (Zhang and Sabuncu 2018): the L_q loss (1 - p_y^q)/q, a loss
+elr_loss, elr_target    -- ELR (Liu et al. 2020): CE + lambda log(1 - <t, p>), a loss, with t each sample's running
+                           target of the model's predictions, which a stage renews every epoch (ELR_TARGET)
 
 LABEL_CORRECTIONS -- the registry: train.py's --lc names, each a registry.Correction (its target or its own loss,
                      its settings, the name plots show); mutual.targets and mutual.self_loss read it, and so does
@@ -166,6 +168,31 @@ def gce_loss(logits, labels, gce_q=0.7, logp=None):
     return (-torch.expm1(gce_q * logp_y) / gce_q).mean()
 
 
+def elr_target(target, probs, beta=0.7):
+    """ELR's running target of one model (Liu et al. 2020, "temporal ensembling"): t <- beta t + (1 - beta) p^, p^ the
+    model's predicted probabilities clamped to [1e-4, 1 - 1e-4] and renormalised, as their code (elr_loss's target
+    update). target: (n, K) or None before the first (their zeros); probs: (n, K). Returns (n, K) float32.
+
+    Their code updates each sample's row in the step that trains it, from that step's training-mode outputs; here
+    every row is updated at the start of each epoch, from the model's predictions then (eval mode, no augmentation:
+    a Stage, training/stages.py). The two differ by how far the model moves within an epoch."""
+    p = probs.float().clamp(1e-4, 1.0 - 1e-4)
+    p = p / p.sum(1, keepdim=True)
+    return (1 - beta) * p if target is None else beta * target + (1 - beta) * p
+
+
+def elr_loss(logits, labels, target, lam=3.0, logp=None):
+    """ELR (Liu et al. 2020): CE(p, y) + lam mean_n log(1 - <t_n, p_n>), p clamped to [1e-4, 1 - 1e-4] as their code,
+    t the sample's running target (elr_target), a constant. The regulariser's gradient pulls p toward t, the
+    model's own early predictions, so that it does not fit a noisy label it had not learned early.
+    logits: (N, K) with gradient; labels: (N,) int64; target: (N, K). Returns a scalar."""
+    if logp is None:
+        logp = F.log_softmax(logits.float(), dim=-1)
+    p = logp.exp().clamp(1e-4, 1.0 - 1e-4)
+    reg = (1 - (target.detach() * p).sum(1)).log().mean()
+    return F.nll_loss(logp, labels) + lam * reg
+
+
 # ---------------------------------------------------------------- the registry
 
 def estimate_stage(title):
@@ -192,6 +219,12 @@ HISTORY = Stage(  # Joint optimisation's labels: each sample's label the mean of
     line=lambda m, epoch, n, states: f"from epoch {epoch + 1}, each sample's label is each model's mean prediction "
                                      f"over its last {robust.JOINT_WINDOW} epochs ({len(states[0])} so far), renewed "
                                      f"every epoch")
+ELR_TARGET = Stage(  # ELR's running target of each sample, renewed at the start of every epoch
+    "target", start=lambda m, epochs: 0, every=True, rows=lambda target: target,
+    update=lambda target, probs, m: elr_target(target, probs, m.comparators.elr_beta),
+    line=lambda m, epoch, n, states: f"from epoch {epoch + 1}, ELR's target of each sample is the running mean of its "
+                                     f"model's predictions, t <- {m.comparators.elr_beta:g} t + "
+                                     f"{1 - m.comparators.elr_beta:g} p, renewed every epoch")
 ANCHORS = dict(anchor_percentile=knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident sample "
                                              "below this percentile (100: the most confident, the authors' CIFAR-100 "
                                              "setting; 97: their CIFAR-10 one)", (lambda v: 0 < v <= 100, "in (0, 100]")))
@@ -221,6 +254,12 @@ LABEL_CORRECTIONS = {
                                                                                  logp=logp),
                       settings=dict(gce_q=knob(0.7, "GCE q in L_q = (1 - p_y^q)/q (q -> 0: CE, q = 1: MAE); --lc gce",
                                                (lambda v: 0 < v <= 1, "in (0, 1]")))),
+    "elr": Correction("ELR", loss=lambda logits, logp, q, y, m, clock, s: elr_loss(
+        logits, y, s["target"], m.comparators.elr_lambda, logp=logp), stages=(ELR_TARGET,), settings=dict(
+        elr_beta=knob(0.7, "ELR: β of the running target t <- β t + (1 - β) p (--lc elr; their CIFAR-10 config)",
+                      (lambda v: 0 <= v < 1, "in [0, 1)")),
+        elr_lambda=knob(3.0, "ELR: λ of its regulariser λ log(1 - <t, p>) (--lc elr; their CIFAR-10 config)",
+                        (lambda v: 0 <= v < math.inf, "at least 0"))), unbatched="each run keeps its own targets"),
     # Table 3's single-network methods (robust.py): losses a model trains by, alone (--mode zero) or under CMD
     "apl": Correction("APL (NCE+RCE)", loss=lambda logits, logp, q, y, m, clock, s: robust.apl_loss(
         logits, y, m.comparators.apl_alpha, m.comparators.apl_beta, logp=logp), settings=dict(
