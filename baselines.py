@@ -8,6 +8,8 @@ coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's sma
 coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
 jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
                       samples where it is small
+decoupling         -- Decoupling (Malach and Shalev-Shwartz, NeurIPS 2017): both networks learn the samples they
+                      disagree on
 keep_rule          -- R(t) at a point of training, and coteach_plus_rule Co-teaching+'s with its disagreement rule
                       and step rule (rules over time, not schedules: that word is χ's, schedule.py)
 *_objective        -- each mode's objective, in mutual.OBJECTIVES' form: the mode's losses from the logits and clock
@@ -200,6 +202,25 @@ def jocor(logits_a, logits_b, labels, keep, lam):
     return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
 
 
+def decoupling(logits_a, logits_b, labels):
+    """Decoupling (Malach and Shalev-Shwartz 2017, "when to update" from "how to update"): both networks update on
+    the samples they disagree on, and only on those.
+
+      D = {i : argmax p_A(x_i) != argmax p_B(x_i)}
+      L_A = mean_{i in D} CE(p_A(x_i), y_i),  L_B = mean_{i in D} CE(p_B(x_i), y_i)
+    logits_*: (N, K) with gradient; labels: (N,) int64. taught[(0, 1)] and taught[(1, 0)] are both D. As the
+    public PyTorch form (songheony/TAkS, methods/decouple.py: the criterion's mean over D), with D a 0/1 mask
+    multiplied in, so nothing waits for the device.
+    Departure, declared: where D is empty that code gives no loss and its loop skips the update; here both losses
+    are 0, so each model's SGD step is its momentum and weight decay alone.
+    """
+    _, ce_a = _per_sample(logits_a, labels)
+    _, ce_b = _per_sample(logits_b, labels)
+    d = (logits_a.detach().argmax(-1) != logits_b.detach().argmax(-1)).float()  # (N,) D
+    n = d.sum().clamp_min(1)  # |D|, on the device; an empty D gives zero losses
+    return ((d * ce_a).sum() / n, (d * ce_b).sum() / n), {(0, 1): d, (1, 0): d}
+
+
 class KeepRule(NamedTuple):
     keep: float     # R(t), the fraction of a batch kept
     disagree: bool  # Co-teaching+ is past its initial epochs: it keeps only its disagreements
@@ -252,6 +273,11 @@ def jocor_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     return pair_objective(z, y, *jocor(*pair(method, z), y, keep_rule(method, clock), lam))
 
 
+def decoupling_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """Decoupling as a training objective: coteaching_objective's arguments and result."""
+    return pair_objective(z, y, *decoupling(*pair(method, z), y))
+
+
 def all_knowledge(z, losses):
     """The Objective of the all-knowledge baselines: every model taught every sample by every peer, q_tilde its
     predictions, h their entropies."""
@@ -289,8 +315,8 @@ MODES = {
         kdcl_lambda=knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number")))),
     "coteach": Mode("Co-teaching", coteaching_objective, pair=True, rule=keep_rule, aliases=("co-teaching",),
                     settings=R_T),
-    "coteach+": Mode("Co-teaching+", coteaching_plus_objective, pair=True, rule=coteach_plus_rule, aliases=("co-teaching+",),
-                     knobs=tuple(R_T), settings=dict(
+    "coteach+": Mode("Co-teaching+", coteaching_plus_objective, pair=True, rule=coteach_plus_rule,
+                     aliases=("co-teaching+",), knobs=tuple(R_T), settings=dict(
         coteach_plus_init=knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the authors' "
                                   "code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their init_epoch 5 and 20 with "
                                   "epochs counted from 1)", (lambda v: v >= 0, "at least 0")))),
@@ -298,4 +324,5 @@ MODES = {
         jocor_lambda=knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the authors' "
                                 "MNIST command; their README: 0.9 for CIFAR-10, 0.85 for CIFAR-100)",
                           (unit, "in [0, 1]")))),
+    "decoupling": Mode("Decoupling", decoupling_objective, pair=True),
 }
