@@ -193,7 +193,25 @@ def elr_loss(logits, labels, target, lam=3.0, logp=None):
     return F.nll_loss(logp, labels) + lam * reg
 
 
-# ---------------------------------------------------------------- the registry
+# ---------------------------------------------------------------- the registry: the paper's corrections
+
+LABEL_CORRECTIONS = {
+    "ce": Correction("CE"),
+    "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps), knobs=("ls_eps",)),
+    "cp": Correction("CP", loss=lambda logits, logp, q, y, m, clock, s: confidence_penalty_loss(logits, q, m.cp_beta,
+                                                                                            logp=logp),
+                     knobs=("cp_beta",)),
+    "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps),
+                           knobs=("bootsoft_eps",)),
+    "proselflc": Correction("ProSelfLC", target=lambda q, p, h, r, progress, m: proselflc(
+        q, p, progress, m.proselflc_b, m.proselflc_transit, h=h), knobs=("proselflc_b", "proselflc_transit")),
+    "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h),
+                       knobs=("mylc_b1", "mylc_rho")),
+}
+
+
+# ---------------------------------------------------------------- ... and the comparators': Tables 2-4 and beyond,
+# each with its settings (mutual.Comparators) and, where it learns between epochs, its stages
 
 def estimate_stage(title):
     """The stage of Forward (T̂) and T-revision: once the warm-up ends, each model's estimate T̂ from its predictions on
@@ -228,19 +246,7 @@ ELR_TARGET = Stage(  # ELR's running target of each sample, renewed at the start
 ANCHORS = dict(anchor_percentile=knob(100.0, "Forward (T̂), T-revision: each class's anchor is its most confident sample "
                                              "below this percentile (100: the most confident, the authors' CIFAR-100 "
                                              "setting; 97: their CIFAR-10 one)", (lambda v: 0 < v <= 100, "in (0, 100]")))
-LABEL_CORRECTIONS = {
-    "ce": Correction("CE"),
-    "ls": Correction("LS", target=lambda q, p, h, r, progress, m: label_smoothing(q, m.ls_eps), knobs=("ls_eps",)),
-    "cp": Correction("CP", loss=lambda logits, logp, q, y, m, clock, s: confidence_penalty_loss(logits, q, m.cp_beta,
-                                                                                            logp=logp),
-                     knobs=("cp_beta",)),
-    "bootsoft": Correction("Boot-soft", target=lambda q, p, h, r, progress, m: boot_soft(q, p, m.bootsoft_eps),
-                           knobs=("bootsoft_eps",)),
-    "proselflc": Correction("ProSelfLC", target=lambda q, p, h, r, progress, m: proselflc(
-        q, p, progress, m.proselflc_b, m.proselflc_transit, h=h), knobs=("proselflc_b", "proselflc_transit")),
-    "mylc": Correction("MyLC", target=lambda q, p, h, r, progress, m: mylc(q, p, r, m.mylc_b1, m.mylc_rho, h=h),
-                       knobs=("mylc_b1", "mylc_rho")),
-    # the comparators of Tables 2-4 and beyond, each with its settings (mutual.Comparators)
+LABEL_CORRECTIONS.update({
     "tfkd": Correction("Tf-KD_reg", loss=lambda logits, logp, q, y, m, clock, s: tfkd_reg_loss(
         logits, y, m.comparators.tfkd_a, m.comparators.tfkd_t, m.comparators.tfkd_alpha,
         m.comparators.tfkd_multiplier, logp=logp), settings=dict(
@@ -309,4 +315,4 @@ LABEL_CORRECTIONS = {
                                "mean of the model's last 10 epochs of predictions (--lc joint; the authors': epoch 70 "
                                "of 200)", (lambda v: 0 < v <= 1, "in (0, 1]"))),
                         unbatched="each run relabels its own samples"),
-}
+})

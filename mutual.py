@@ -52,9 +52,8 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, each
     model's (Method.chis_at: a pair of floats, or a (2,) tensor), or one float or 0-dim tensor for both; r:
     MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws is unused
-    (one signature for every objective). rows: each model's per-sample rows (M, N, K) where the run's batches
-    carry them (given_rows); None: the given labels are the one-hot of y. Returns Objective([L_A, L_B], taught,
-    [q~_A, q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3) and taught[0, 1] mirrored.
+    (one signature for every objective); rows: the batch's rows, or None (given_rows). Returns Objective([L_A, L_B],
+    taught, [q~_A, q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3), taught[0, 1] mirrored.
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
     q = given_rows(y, z[0].shape[-1], 2, method, rows)                 # 2 x (N, K) the given labels
@@ -68,24 +67,22 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
 
 
 def given_rows(y, k, m, method, rows=None):
-    """Each of m models' given labels as (N, K) rows: the one-hot of y (N,), or where the batches carry rows that
-    are given labels (a stage's relabelled ones, train.py --labels-from: registry.Correction.relabels), each
-    model's own, rows (M, N, K)."""
+    """Each of m models' given labels (N, K): the one-hot of y (N,), or each model's own, the batch's rows (M, N, K),
+    where they are given labels (registry.Correction.relabels)."""
     if rows is None or not LABEL_CORRECTIONS[method.lc].relabels():
         return [one_hot(y, k)] * m
     return list(rows.unbind(0))
 
 
 def correction(method, clock):
-    """The label correction of this step: the run's (--lc), or CE during its first method.warmup epochs (a stage
-    any correction may have: DMI's CE pretraining, a warm-up before Forward's estimate)."""
+    """The label correction of this step: the run's (--lc), or CE in its first method.warmup epochs (a warm-up)."""
     return LABEL_CORRECTIONS["ce" if method.warmup and clock.epoch < method.warmup else method.lc]
 
 
 def targets(method, q, p, h, r, clock):
     """q~ of one model (appendix, "Label Correction"): its label correction's (label_correction.LABEL_CORRECTIONS).
-    q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8); clock: a Clock (ProSelfLC's t/Γ, the warm-up). CP, Tf-KD_reg,
-    GCE and Table 3's losses (robust.py) are losses, not targets: their models distil the given label q.
+    q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8); clock: a Clock (ProSelfLC's t/Γ). A correction that is a loss
+    (CP, ...) has no target: its model distils the given label q.
     """
     target = correction(method, clock).target
     return q if target is None else target(q, p, h, r, clock.progress, method)
@@ -93,10 +90,9 @@ def targets(method, q, p, h, r, clock):
 
 def self_loss(method, logits, logp, q, q_tilde, y, clock, k, rows=None):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
-    own loss (CP, Tf-KD_reg, GCE: label_correction.py; Table 3's: robust.py).
-    logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels;
-    q_tilde: (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k: the model's index
-    (A: 0) and rows the batch's rows (M, N, K) or None, for what its stages made (registry.Correction.state).
+    own loss (CP, ...). logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels; q_tilde:
+    (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k, rows: the model's index
+    (A: 0) and the batch's rows, for what a correction's stages made (registry.Correction.state).
     """
     c = correction(method, clock)
     if c.loss is None:
@@ -173,8 +169,7 @@ def shuffle_draws(seed, epoch, batch, m, n, device):
 # ---------------------------------------------------------------- the step
 
 class Clock(NamedTuple):
-    """Where training is, for everything that moves with time: Eq. 7's chi, ProSelfLC's t/Γ, the comparators'
-    R(t) (baselines.keep_rule) and the shuffled control's draws."""
+    """Where training is, for everything that moves with time: Eq. 7's chi, ProSelfLC's t/Γ, and beyond them."""
     epoch: int    # 0-based
     batch: int    # the batch's index within the epoch
     batches: int  # batches per epoch
@@ -202,10 +197,9 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the run's objective, backward.
 
     nets, opts: the models and their optimisers. batch: (x, y, y_clean), y the given labels and y_clean the
-    clean ones (the given ones when unknown), used only for the sums; where the run's batches carry rows (a stage's,
-    its given labels or its loss's, registry.Stage.rows), also each model's (M, N, K). chi: Eq. 7 now (None for
-    the modes without a threshold); r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a
-    Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
+    clean ones (the given ones when unknown), used only for the sums, and the batch's rows where it has them
+    (given_rows). chi: Eq. 7 now, each model's; r: MyLC's confidence of each model (0-dim device tensors); clock: a
+    Clock; precision: a Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
     ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
     on (--amp fp16): its step then reads back whether each model's gradients are finite, a wait per model.
     """
@@ -369,17 +363,15 @@ class Method:
     proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
     mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
     mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
-    warmup: int = knob(0, "epochs of plain CE (the given labels) before --lc's target or loss applies: a first stage "
-                          "any label correction may have, as DMI's CE pretraining", (lambda v: v >= 0, "at least 0"))
+    warmup: int = knob(0, "epochs of plain CE (the given labels) before --lc's target or loss applies",
+                       (lambda v: v >= 0, "at least 0"))
     comparators: Comparators = field(default_factory=Comparators)
-    noise: tuple | None = None  # (kind, rate) of the run's synthetic noise, for the methods that read its true T
-    # (Forward, CDR's τ); None where the noise is not synthetic. Not a flag: train.py's --noise and --rate set it.
-    state: dict | None = None  # {stage name: each model's state}, what the label correction's stages have made so
-    # far (registry.Stage: a T̂, a ΔT, a label history); None before any. Not a flag: training/stages.py sets it.
+    noise: tuple | None = None  # (kind, rate) of synthetic noise, or None; not a flag: --noise and --rate set it
+    state: dict | None = None  # what a correction's stages have made (training/stages.py); not a flag
 
     def chi_at(self, t, total, num_classes):
-        """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for the
-        modes without a threshold (the comparators')."""
+        """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for a
+        mode without a threshold."""
         return None if self.eta is None else schedule.chi(t, total, num_classes, self.eta, self.b)
 
     def chis_at(self, t, total, num_classes, m):

@@ -47,7 +47,7 @@ from training.config import settings
 from training.errors import UserError, exit_code, named, one_line, say, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
 from training.ranks import Ranks
-from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, predictions, tensorboard
+from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, tensorboard
 
 
 # ---------------------------------------------------------------- main
@@ -72,13 +72,8 @@ def main(argv=None):
     models, method = stages.restore(models, method, run.states(setup.device), args.epochs, run.epochs_done,
                                     args.weight_decay)           # what the correction had learned, on resume
     start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
-    batches = Batches(train, labels=noisy, clean=train.labels, **batch_args(args, d, setup))
-    loop = Loop.of(args, setup, models, method, batches, rows)
-
-    def predict(loop):  # each model's predictions on the training set, for what the correction learns between epochs
-        on = eval_batches(d, {"train": train}, setup.placement(args.workers))["train"]
-        return predictions(loop.fwd, on, loop.precision.autocast)
-
+    batches = Batches(train, labels=noisy, clean=train.labels, rows=rows, **batch_args(args, d, setup))
+    loop = Loop.of(args, setup, models, method, batches)
     evals = eval_batches(d, tests, setup.placement(args.workers))
     row = summary = writer = None
     try:
@@ -86,12 +81,11 @@ def main(argv=None):
         writer = tensorboard(args.out) if args.tensorboard and setup.rank == 0 else None
         for epoch in range(start_epoch, args.epochs):
             t0 = time.time()
-            loop = stages.advance(loop, epoch, predict, setup, args.weight_decay)  # the correction's stages, if any
+            loop = stages.advance(loop, epoch, setup, args.weight_decay)  # what --lc learns between epochs, if anything
             s, hist, lr, r = train_epoch(loop, epoch, r, d.num_classes)  # Eqs. 3-6 each step, χ of Eq. 7
             row = end_epoch(loop, run, epoch, (s, hist, lr, r), evals, d.num_classes, args, setup, writer, t0)
         if setup.rank == 0:
-            summary = finish(args, row, run, models, weights_meta(args, d, train), writer,
-                             stages.kept(loop, predict, setup.device))
+            summary = finish(args, row, run, models, weights_meta(args, d, train), writer, stages.kept(loop))
         setup.ranks.agree()  # under torchrun: rank 0 has written the run's last files
     except (KeyboardInterrupt, datasets.DataError, runfiles.WriteError) as e:
         stopped(setup.ranks.settled(e), run, argv, loop.progress, setup.ranks)  # under torchrun, every rank at once
@@ -118,10 +112,9 @@ class Loop(NamedTuple):
     ranks: Ranks
 
     @classmethod
-    def of(cls, args, setup, models, method, batches, rows=None):
-        """The loop of this run; models: rundir.Models, wrapped here for torchrun and --compile; rows: each model's
-        given labels (M, n, K) that the batches carry (--labels-from), or None."""
-        batches.rows, nets = rows, models.nets
+    def of(cls, args, setup, models, method, batches):
+        """The loop of this run; models: rundir.Models, wrapped here for torchrun and --compile."""
+        nets = models.nets
         if dist.is_initialized():  # under torchrun, also with one process: the collectives run as they will on more
             ids = [setup.local_rank] if setup.device.type == "cuda" else None
             nets = [torch.nn.parallel.DistributedDataParallel(n, device_ids=ids) for n in nets]
@@ -139,7 +132,7 @@ class Loop(NamedTuple):
         return loop.training_by(method, setup)
 
     def training_by(self, method, setup):
-        """This loop with its step on method (a Method: the run's, or the run's with what its stages made)."""
+        """This loop with its step on method (a Method)."""
         fwd, opts, precision = self.fwd, self.models.opts, self.precision
 
         def step(batch, chi, r, clock):
@@ -219,8 +212,8 @@ def report_epoch(row, loop, rank, writer):
 
 
 def finish(args, row, run, models, meta, writer, labels=None):
-    """The end of a run (rank 0): the final weights with meta (weights_meta), the rows a stage keeps (labels:
-    stages.kept, or None), summary.json, the last line. Returns the summary."""
+    """The end of a run (rank 0): the final weights with meta (weights_meta), the labels a run keeps (stages.kept:
+    None, or rows), summary.json, the last line. Returns the summary."""
     summary = run.finish(row, models, meta=meta, labels=labels)
     if writer is not None:
         writer.close()

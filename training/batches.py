@@ -9,13 +9,15 @@ worker_message  -- the one-line message of a DataError raised in a DataLoader wo
 Spec            -- how Batches makes its batches: size, normalisation, shuffling and augmentation
 Placement       -- where Batches puts them: device, DDP rank and world, loader workers, memory format
 Batches         -- an epoch's (x, y, y_clean) batches on the device, sharded over DDP ranks (and each model's
-                   per-sample rows, where a run has them: Batches.rows)
+                   per-sample rows, where a run has them: Batches.rows); in_order, the same set as a test set's
 
 Datasets that fit in memory (TensorImages) live on the device as one uint8 tensor
 and are augmented there: one gather per batch, no workers, no per-image Python.
 Datasets read from disk (FileImages) go through DataLoader workers.
 """
 from typing import NamedTuple
+
+import copy
 
 import numpy as np
 import torch
@@ -149,7 +151,7 @@ class Batches:
     rows (M, B, K) fourth.
     """
 
-    def __init__(self, ds, *, labels, clean, spec, placement):
+    def __init__(self, ds, *, labels, clean, spec, placement, rows=None):
         self.ds, self.spec, self.placement = ds, spec, placement
         self.batch_size, self.mean, self.std = spec.batch_size, spec.mean, spec.std
         self.augment, self.flip = spec.train and spec.augment, spec.flip
@@ -158,7 +160,15 @@ class Batches:
         self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=self.device)
         self.clean = torch.as_tensor(np.asarray(clean, dtype=np.int64), device=self.device)
         self.images = ds.images.to(self.device) if isinstance(ds, TensorImages) else None
-        self.rows = None
+        self.rows = rows
+
+    def in_order(self, batch_size=500):
+        """These batches as a test set's (build.eval_batches): every sample once, in order, without augmentation,
+        batch_size a batch, without rows; the same images, not copied."""
+        other = copy.copy(self)
+        other.spec = self.spec._replace(batch_size=batch_size, train=False)
+        other.batch_size, other.augment, other.train, other.rows = batch_size, False, False, None
+        return other
 
     def steps(self):
         n, b = len(self.labels), self.batch_size

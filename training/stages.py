@@ -3,6 +3,7 @@ the loop names no method: Forward's and T-revision's T̂, T-revision's slack ΔT
 optimisation's label history, each a Stage of its entry (label_correction.py).
 
 restore -- on resume: the stages' states from the checkpoint, and the optimisers a stage had brought by then
+predictor -- each model's predictions on the training set, which a stage reads
 act     -- what the stages due at an epoch's start make: the method's new states, rows, optimisers, lines
 advance -- at the start of an epoch, before its first step: every stage that is due acts, from each model's
            predictions on the training set where it reads them; its rows reach the batches, an optimiser it brings
@@ -20,6 +21,7 @@ import torch
 
 from label_correction import LABEL_CORRECTIONS
 from training import rundir
+from training.report import predictions
 
 
 def restore(models, method, states, epochs, done, weight_decay):
@@ -81,11 +83,17 @@ def act(m, epoch, epochs, predict, models, device):
     return Acted(m, rows, optimisers, remake, lines)
 
 
-def advance(loop, epoch, predict, setup, weight_decay):
+def predictor(loop):
+    """() -> each model's predicted probabilities on the training set, in eval mode, its samples in order and without
+    augmentation (Batches.in_order; report.predictions)."""
+    return lambda: predictions(loop.fwd, loop.batches.in_order(), loop.precision.autocast)
+
+
+def advance(loop, epoch, setup, weight_decay):
     """The loop (train.Loop) at the start of epoch, with every stage of its label correction that is due acted
-    (act): predict(loop) gives each model's predicted probabilities on the training set. setup: the run's
-    training.build.Setup (its device, its log). Returns the loop."""
-    done = act(loop.method, epoch, loop.epochs, lambda: predict(loop), len(loop.fwd), setup.device)
+    (act), from each model's predictions on the training set (predictor). setup: the run's training.build.Setup
+    (its device, its log). Returns the loop."""
+    done = act(loop.method, epoch, loop.epochs, predictor(loop), len(loop.fwd), setup.device)
     if done.rows is not None:
         loop.batches.rows = done.rows
     for stage, states in done.optimisers:
@@ -95,13 +103,13 @@ def advance(loop, epoch, predict, setup, weight_decay):
     return loop.training_by(done.method, setup) if done.remake else loop._replace(method=done.method)
 
 
-def kept(loop, predict, device):
+def kept(loop):
     """The rows a stage of the run's label correction keeps (registry.Stage.keep), after the last epoch: the stage
-    acts once more on each model's final predictions, as the run's next epoch would have. (M, n, K), or None where
-    no stage keeps any (Joint optimisation's labels, which --labels-from reads)."""
-    m = loop.method
+    acts once more on each model's final predictions on the training set, as the run's next epoch would have. (M, n,
+    K), or None where no stage keeps any (Joint optimisation's labels, which --labels-from reads)."""
+    m, device = loop.method, loop.batches.device
     for stage in (s for s in LABEL_CORRECTIONS[m.lc].stages if s.keep):
         old = (m.state or {}).get(stage.name, (None,) * len(loop.fwd))
         return torch.stack([stage.rows(stage.update(o, p.to(device), m).to(device))
-                            for o, p in zip(old, predict(loop))])
+                            for o, p in zip(old, predictor(loop)())])
     return None
