@@ -470,6 +470,7 @@ def resolve_optimiser(args, arch, read):
     """The epochs, batch size and SGD's flags from appendix C's preset (presets.py) for the dataset and arch;
     then every flag's value is checked, and --epochs given alone scales the preset's milestones."""
     row = preset(args.dataset, arch)
+    name = row.pop("name")
     epochs_only = args.epochs is not None and args.milestones is None
     for k, v in row.items():
         if getattr(args, k) is None:
@@ -478,8 +479,8 @@ def resolve_optimiser(args, arch, read):
     if epochs_only and args.epochs != row["epochs"]:
         args.milestones = scale_milestones(row["milestones"], row["epochs"], args.epochs)
         now = ", ".join(map(str, args.milestones)) if args.milestones else "none (the lr stays constant)"
-        note(f"milestones: the preset's {', '.join(map(str, row['milestones']))} of {row['epochs']} epochs, "
-             f"scaled to --epochs {args.epochs}: {now}")
+        note(f"milestones: preset '{name}' (training/presets.py) has {', '.join(map(str, row['milestones']))} of "
+             f"{row['epochs']} epochs; scaled to --epochs {args.epochs}: {now}")
     late = [m for m in args.milestones if m >= args.epochs]
     if late:
         warnings.warn(f"--milestones {', '.join(map(str, late))} at or after --epochs {args.epochs} never "

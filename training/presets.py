@@ -2,7 +2,7 @@
 train.py --help read.
 
 Preset, PRESETS  -- the table; the first row that matches the dataset and model A's arch's schedule wins
-preset           -- the settings of a dataset and architecture
+preset, preset_row -- the settings of a dataset and architecture, and the row they come from
 scale_milestones -- a preset's milestones at the same fractions of a shorter or longer run
 presets_help     -- the table as --help prints it
 (each dataset's default architecture is its record's, datasets.DATASETS; each architecture's schedule is its
@@ -26,6 +26,16 @@ class Preset(NamedTuple):
     momentum: float
     weight_decay: float
     why: str
+
+    @property
+    def name(self):
+        """The row as --help and the settings' notes name it: its dataset and the architectures of its schedule."""
+        archs = [a for a, arch in ARCHS.items() if arch.schedule == self.schedule]
+        return f"{self.dataset or 'any dataset'} + {'/'.join(archs) if self.schedule else 'any arch'}"
+
+    def flags(self):
+        """The row's settings as {flag dest: value}."""
+        return {k: list(v) if k == "milestones" else v for k, v in self._asdict().items() if k in PRESET_FLAGS}
 
 
 # Appendix C's optimisation settings. The first row that matches the dataset and the schedule of model A's arch
@@ -51,14 +61,21 @@ def rows():
     return PRESETS + [Preset(None, a.schedule, **a.settings) for a in ARCHS.values() if a.settings]
 
 
-def preset(dataset, arch):
-    """The first row of rows() for this dataset and arch (models.ARCHS), as {flag dest: value}."""
+def preset_row(dataset, arch):
+    """The first row of rows() for this dataset and arch (models.ARCHS), a Preset."""
     schedule = ARCHS[arch].schedule
     row = next((p for p in rows() if p.dataset in (None, dataset) and p.schedule in (None, schedule)), None)
     if row is None:  # an architecture whose schedule has no row: said, never another's settings
         raise UserError(f"--arch {arch}: its schedule '{schedule}' (models.ARCHS) names no row of "
                         f"training/presets.py's PRESETS; add the row, or give the arch an existing schedule")
-    return {k: list(v) if k == "milestones" else v for k, v in row._asdict().items() if k in PRESET_FLAGS}
+    return row
+
+
+def preset(dataset, arch):
+    """The first row of rows() for this dataset and arch (models.ARCHS), as {flag dest: value}, and its name under
+    "name" (Preset.name)."""
+    row = preset_row(dataset, arch)
+    return dict(row.flags(), name=row.name)
 
 
 def scale_milestones(milestones, preset_epochs, epochs):
@@ -71,8 +88,7 @@ def scale_milestones(milestones, preset_epochs, epochs):
 def presets_help():
     lines = ["optimisation presets (appendix C; the first matching row wins, any flag given overrides it):"]
     for p in rows():
-        archs = [a for a, arch in ARCHS.items() if arch.schedule == p.schedule]
-        where = f"{p.dataset or 'any dataset'} + {'/'.join(archs) if p.schedule else 'any arch'}"
+        where = p.name
         decay = f"x{p.lr_decay:g} at {', '.join(map(str, p.milestones))}"
         lines.append(f"  {where:36s} {p.epochs} epochs, lr {p.lr:g} {decay}, batch {p.batch_size}, "
                      f"SGD momentum {p.momentum:g}, wd {p.weight_decay:g}\n  {'':36s} ({p.why})")
