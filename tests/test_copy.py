@@ -408,3 +408,16 @@ def test_the_eta_rule_picture_is_drawn_again_from_schedule_chi_by_the_command_do
         levels = sorted(line.get_ydata()[0] for line in ax.get_lines() if line not in curves)
         want = [-(1 - v) * math.log(1 - v) - v * math.log(v / (k - 1)) for v in (0.2, 0.4, 0.6)]
         assert levels == pytest.approx(want, rel=1e-12)
+
+
+def test_the_guides_eta_to_start_with_is_schedules_rule_at_cmd_ps_b():
+    """docs/copy.md's table of H_ν, the bound and the η to start with, per K and ν: schedule.noise_entropy,
+    eta_bound and eta_start at train.py's b for CMD-P; and χ at the start η starts at least a third above H_ν."""
+    b = mutual.THRESHOLDS["progressive"][1]
+    rows = re.findall(r"^\| (\d+) \| (0\.\d) \| (\d\.\d\d) \| (\d\.\d) \| ([\d.]+) \|$", open(GUIDE).read(), re.M)
+    assert len(rows) == 6
+    for k, nu, h, bound, start in rows:
+        k, nu = int(k), float(nu)
+        assert f"{schedule.noise_entropy(nu, k):.2f}" == h and f"{schedule.eta_bound(k, nu, b):.1f}" == bound
+        assert f"{schedule.eta_start(k, nu, b):g}" == start
+        assert schedule.chi(0, 1, k, float(start), b) >= 4 / 3 * schedule.noise_entropy(nu, k)
