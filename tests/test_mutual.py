@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import baselines
 import models
-from label_correction import (boot_soft, confidence_penalty_loss, gce_loss, label_smoothing, mylc, one_hot, proselflc,
-                              tfkd_reg_loss)
+from label_correction import (boot_soft, confidence_penalty_loss, elr_loss, gce_loss, label_smoothing, mylc, one_hot,
+                              proselflc, tfkd_reg_loss)
 from losses import cmd_loss, entropy
 import robust
 from mutual import (ENTROPY_BINS, LCS, MODES, Clock, Method, Precision, entropy_histogram, mutual_step,
@@ -19,6 +20,8 @@ from noise import transition_matrix
 K, N = 5, 24
 OFF = dict(device_type="cpu", dtype=torch.bfloat16, enabled=False)
 ESTIMATE = torch.full((K, K), 0.1) + 0.5 * torch.eye(K)  # a T̂ a stage might give each model: rows sum to 1
+TARGETS = tuple(torch.randn(2, N, K, generator=torch.Generator().manual_seed(9)).softmax(-1))  # ELR's, each model's
+STATE = {"estimate": (ESTIMATE,) * 2, "target": TARGETS}  # what the corrections' stages might have made
 
 
 def setup(seed=0):
@@ -42,7 +45,7 @@ def step(nets, opts, x, y, y_clean, method, chi, r=(0.7, 0.3), progress=0.6):
     return SimpleNamespace(**dict(zip(sum_names(len(nets)), sums.tolist())))
 
 
-def expected_self_loss(method, z, q, y, r, progress):
+def expected_self_loss(method, z, q, y, r, progress, k):
     """L_selfKD written from label_correction.py's functions, independently of mutual.py's dispatch."""
     p = F.softmax(z, -1)
     oracle = {"ce": q, "cp": q, "tfkd": q, "gce": q, "cdr": q, "ls": label_smoothing(q, method.ls_eps),
@@ -57,7 +60,8 @@ def expected_self_loss(method, z, q, y, r, progress):
                                                                    progress),
                      "forward-anchor": lambda: robust.forward_loss(z, y, ESTIMATE),
                      "trevision": lambda: robust.reweight_loss(z, y, ESTIMATE),
-                     "joint": lambda: robust.joint_loss(z, q, c.joint_alpha, c.joint_beta)}
+                     "joint": lambda: robust.joint_loss(z, q, c.joint_alpha, c.joint_beta),
+                     "elr": lambda: elr_loss(z, y, TARGETS[k], c.elr_lambda)}
     if method.lc not in oracle and method.lc not in robust_losses:  # a label correction added to the registry: its
         # formula goes here, written apart
         pytest.fail(f"--lc {method.lc} has no target written from its formula in expected_self_loss")
@@ -81,10 +85,10 @@ def test_step_minimises_eqs_5_and_6(lc):
     h_a, h_b = entropy(F.softmax(z_a, -1)), entropy(F.softmax(z_b, -1))
     chi = torch.cat([h_a, h_b]).median().item()  # some samples of each model pass, some do not
     method = Method(mode="static", lc=lc, eta=math.log(K) / chi, b=0.0, noise=("sym", 0.4),
-                    state={"estimate": (ESTIMATE,) * 2})
+                    state=STATE)
     q = one_hot(y, K)
-    self_a, qt_a = expected_self_loss(method, z_a, q, y, 0.7, 0.6)
-    self_b, qt_b = expected_self_loss(method, z_b, q, y, 0.3, 0.6)
+    self_a, qt_a = expected_self_loss(method, z_a, q, y, 0.7, 0.6, 0)
+    self_b, qt_b = expected_self_loss(method, z_b, q, y, 0.3, 0.6, 1)
     l_b2a, l_a2b = cmd_loss(z_a, z_b, qt_a, qt_b, chi)
     s = step(nets, opts, x, y, y_clean, method, chi)
     assert s.loss_a / N == pytest.approx((self_a + l_b2a).item(), rel=1e-5)  # Eq. 5
@@ -136,7 +140,8 @@ def test_baselines_distil_everything_and_count_the_peer_prediction(mode):
 
 
 def test_method_modes_and_chi():
-    assert set(MODES) == {"zero", "all", "static", "progressive", "mkd", "kdcl", "coteach", "coteach+", "jocor"}
+    assert set(MODES) == {"zero", "all", "static", "progressive"} | set(baselines.MODES)  # the paper's, then the comparators'
+    assert {"mkd", "kdcl", "coteach", "coteach+", "jocor", "decoupling"} <= set(baselines.MODES)
     assert Method(mode="zero", eta=math.inf, b=0.0).chi_at(3, 10, K) == 0.0
     assert Method(mode="all", eta=1.0, b=0.0).chi_at(3, 10, K) == pytest.approx(math.log(K))
     assert Method(mode="static", eta=4.0, b=0.0).chi_at(9.5, 10, K) == pytest.approx(math.log(K) / 4)
@@ -192,7 +197,7 @@ def test_a_cohort_of_two_is_the_pair_bit_for_bit(lc):
     nets, opts, x, y, y_clean = setup(seed=4)
     twins = [copy.deepcopy(n) for n in nets]
     twin_opts = [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in twins]
-    method = Method(mode="static", lc=lc, eta=2.0, b=0.0, noise=("sym", 0.4), state={"estimate": (ESTIMATE,) * 2})
+    method = Method(mode="static", lc=lc, eta=2.0, b=0.0, noise=("sym", 0.4), state=STATE)
     chi, r = math.log(K) / 1.2, (0.7, 0.3)
     s = step(nets, opts, x, y, y_clean, method, chi, r=r)
     loss_a, loss_b = pair_step_oracle(twins, twin_opts, x, y, method, chi, [torch.tensor(v) for v in r], 0.6)

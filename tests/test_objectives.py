@@ -40,7 +40,8 @@ def assert_same(batched, i, one):
 def test_cmd_objective_vmaps_over_runs_with_their_own_chi_and_r(lc):
     z, y, chi, r = runs()
     method = Method(mode="progressive", lc=lc, noise=("sym", 0.4),
-                    state={"estimate": (torch.eye(K) * 0.5 + 0.5 / K,) * 2})
+                    state={"estimate": (torch.eye(K) * 0.5 + 0.5 / K,) * 2,  # what the stages might have made
+                           "target": tuple(torch.rand(2, N, K, generator=torch.Generator().manual_seed(3)).softmax(-1))})
     batched = vmap(lambda z, y, chi, r: cmd_objective(z, y, method, chi, r, CLOCK))(z, y, chi, r)
     assert isinstance(batched, Objective) and batched.losses[0].shape == (R,)
     for i in range(R):
