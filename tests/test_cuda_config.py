@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 import torch
+from conftest import staged
 from test_train import TINY, metrics
 
 import mutual
@@ -255,9 +256,8 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
     with torch.no_grad():
         for net in nets:
             net[1].weight.mul_(3)  # confident and unconfident predictions both, so chi splits the batch
-    method = Method(mode=mode, lc=lc, eta=None if mode in ("mkd", "kdcl") else 2.0, b=-5.0, noise=("sym", 0.4),
-                    state={"estimate": (torch.eye(k) * 0.5 + 0.5 / k,) * 2,  # a stage's T̂, for the lcs that read one
-                           "target": tuple(torch.rand(2, n, k, generator=g).softmax(-1))})  # and ELR's targets
+    method = staged(Method(mode=mode, lc=lc, eta=None if mode in ("mkd", "kdcl") else 2.0, b=-5.0, noise=("sym", 0.4)),
+                    n, k, epoch=3)  # what its label correction's stages made by epoch 3
     autocast = dict(device_type="cpu", dtype=dtype, enabled=True)
     results = []
     for wrap in (lambda m: m, Cast):

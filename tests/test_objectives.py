@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.func import vmap
 
+from conftest import staged
 from losses import Objective
 from mutual import (LCS, OBJECTIVES, Clock, Method, cmd_objective, cohort_objective, objective_for, peer_mean_objective,
                     shuffle_draws, step_sums)
@@ -39,9 +40,7 @@ def assert_same(batched, i, one):
 @pytest.mark.parametrize("lc", LCS)
 def test_cmd_objective_vmaps_over_runs_with_their_own_chi_and_r(lc):
     z, y, chi, r = runs()
-    method = Method(mode="progressive", lc=lc, noise=("sym", 0.4),
-                    state={"estimate": (torch.eye(K) * 0.5 + 0.5 / K,) * 2,  # what the stages might have made
-                           "target": tuple(torch.rand(2, N, K, generator=torch.Generator().manual_seed(3)).softmax(-1))})
+    method = staged(Method(mode="progressive", lc=lc, noise=("sym", 0.4)), N, K, epoch=3, epochs=20)  # as by CLOCK
     batched = vmap(lambda z, y, chi, r: cmd_objective(z, y, method, chi, r, CLOCK))(z, y, chi, r)
     assert isinstance(batched, Objective) and batched.losses[0].shape == (R,)
     for i in range(R):
