@@ -579,7 +579,7 @@ def test_the_readmes_picture_is_drawn_again_from_its_committed_run(tmp_path, mon
     from tools import plot
     readme = open(os.path.join(HERE, "README.md")).read()
     cmd = shlex.split(re.search(r"`(python -m tools\.plot docs/mechanism [^`]+)`", readme).group(1))
-    assert "](docs/mechanism/entropy.png)" in readme[:readme.index("```")]  # on the first screen, before the commands
+    assert "](docs/mechanism/entropy.png)" in readme[:readme.index("## ")]  # on the first screen, before any section
     monkeypatch.chdir(HERE)
     assert plot.main(cmd[3:] + ["--out", str(tmp_path)]) == 0
     assert os.listdir(tmp_path) == ["entropy.png"]
