@@ -15,15 +15,17 @@ the line names the command that resumes it.
 Multi-GPU: torchrun --nproc_per_node=N train.py ... shards every batch over the
 ranks with DistributedDataParallel (NCCL on CUDA, gloo on CPU).
 """
+import os
 import signal
 import sys
 
 EARLY = "stopped by Ctrl-C before training started; run the command again to start"
 
 
-def stopped_early(signum, frame):
-    print(f"train.py: {EARLY.replace('Ctrl-C', 'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C')}", file=sys.stderr)
-    sys.exit(128 + signum)
+def stopped_early(signum, frame):  # os._exit: a SystemExit raised inside an import can be caught there, and lost
+    print(f"train.py: {EARLY.replace('Ctrl-C', 'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C')}", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":  # a Ctrl-C or SIGTERM while torch is being imported stops as quietly as one later

@@ -444,7 +444,11 @@ def wave(args, lines):
 
     def stop(*_):
         raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, stop)
+    # The runs are stopped by SIGINT. A process started with SIGINT ignored (a script's `cmd &`) or blocked hands
+    # that on to its runs, and a run still starting, before train.py catches SIGINT, would lose the wave's signal
+    # and train to its end. Caught here and unblocked, SIGINT reaches each run at its default: it stops at any time.
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     cut = None
     with mps(args.mps and device.type == "cuda", env) as info["mps"]:
         print(f"recipe wave {info['wave']}: {len(argv)} runs ({noise} noise, seeds {seeds}), MPS {info['mps']}, "
@@ -497,7 +501,9 @@ def wave(args, lines):
                 except subprocess.TimeoutExpired:
                     p.kill()
                 log.close()
-            signal.signal(signal.SIGTERM, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             info["cut"] = cut
             save()
     for name in argv:  # checkpoints and weights are too large to bring back; the metrics are the study

@@ -641,6 +641,15 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
     assert capsys.readouterr().err == f"train.py: {train.EARLY}\n"
 
 
+def test_a_ctrl_c_while_torch_imports_stops_the_run_even_where_the_importing_code_catches_the_exit():
+    """train.py's handler until torch is imported: a SystemExit raised inside an import can be caught by the code
+    importing (a bare except), and the run then trained to its end."""
+    code = ("import signal, train\nsignal.signal(signal.SIGINT, train.stopped_early)\ntry:\n"
+            "    signal.raise_signal(signal.SIGINT)\nexcept BaseException:\n    pass\nprint('went on')")
+    p = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout, p.stderr) == (130, "", f"train.py: {train.EARLY}\n")
+
+
 @pytest.mark.parametrize("tool", ["sweep", "plot", "perf", "perf cost", "perf suite", "perf profile", "perf batched",
                                   "studies.fmnist", "batched", "studies.outbox snapshot", "studies.outbox check",
                                   "cmdloss"])

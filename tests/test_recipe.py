@@ -202,13 +202,24 @@ def test_pack_refuses_a_wave_json_cut_short_and_a_toy_wave_into_the_studys_raw_d
     assert (open(recipe.RAW, "rb").read() if os.path.exists(recipe.RAW) else None) == before
 
 
-def test_a_wave_past_its_budget_stops_its_runs_and_says_so(tmp_path, capsys):
+@pytest.mark.parametrize("budget", ["0.5", "0.001"])  # 0.001: cut while every run is still starting
+def test_a_wave_past_its_budget_stops_its_runs_and_says_so(tmp_path, capsys, budget):
+    """Even when the wave was started with SIGINT ignored and blocked (a script's `cmd &`, some launchers), which
+    its runs would inherit and so lose the signal that stops them while they start."""
     write_idx(tmp_path / "data", n_train=300, n_test=60)
-    rc = fmnist.main(["recipe", "wave", "--size", "toy", "--device", "cpu", "--budget", "0.5", "--out",
-                      str(tmp_path / "w"), "--data-dir", str(tmp_path / "data"), "--from",
-                      str(tmp_path / "none.jsonl.gz")])  # 1: runs did not finish
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        rc = fmnist.main(["recipe", "wave", "--size", "toy", "--device", "cpu", "--budget", budget, "--out",
+                          str(tmp_path / "w"), "--data-dir", str(tmp_path / "data"), "--from",
+                          str(tmp_path / "none.jsonl.gz")])  # 1: runs did not finish
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN and signal.SIGINT in signal.pthread_sigmask(
+            signal.SIG_BLOCK, set())  # as the wave found them
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
     wave = json.loads((tmp_path / "w" / "wave.json").read_text())
-    assert rc == 1 and wave["cut"] == "the budget ran out" and wave["budget_s"] == 0.5
+    assert rc == 1 and wave["cut"] == "the budget ran out" and wave["budget_s"] == float(budget)
     assert {r["state"] for r in wave["runs"].values()} == {"cut short"}
     assert "0 of 3 finished" in capsys.readouterr().out
 
