@@ -299,7 +299,7 @@ LABEL_CORRECTIONS.update({
         mentornet_burn_in=knob(0.18, "MentorNet PD: every sample counts while ⌊100 t/Γ⌋ is at most 100 times this "
                                      "(--lc mentornet; the authors' predefined curriculum: percentage 18, the first "
                                      "19%% of training)", (unit, "in [0, 1]")))),
-    "cdr": Correction("CDR", grad_rule=lambda params, m: robust.cdr_mask_(params, 1 - (
+    "cdr": Correction("CDR", grad_rule=lambda nets, m: robust.cdr_rule(nets, 1 - (
         robust.noise_of(m, "cdr")[1] if m.comparators.cdr_rate is None else m.comparators.cdr_rate)), settings=dict(
         cdr_rate=knob(None, "CDR: τ, so that 1 - τ of the weights are critical (--lc cdr; default: --rate with a --noise "
                             "drawn at a rate, as the authors' code sets it; give it otherwise)",

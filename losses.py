@@ -210,5 +210,5 @@ class Objective(NamedTuple):
     """What a training mode's objective (mutual.OBJECTIVES) returns for M models on one batch of N samples."""
     losses: list   # M scalars: losses[k] trains model k only (L_A and L_B of Eqs. 5-6 for CMD)
     taught: dict   # (j, k) -> (N,) float 0/1: the samples on which model j taught model k
-    q_tilde: list  # M x (N, K): what each model teaches (its corrected target; the given label for Co-teaching)
+    q_tilde: list  # M x (N, K): what each model teaches (its corrected target, or what its mode's selection teaches)
     h: list        # M x (N,): H(p) of each model, without gradient

@@ -43,7 +43,7 @@ import baselines
 import schedule
 from label_correction import LABEL_CORRECTIONS, one_hot
 from losses import Objective, cmd_distill, log_probs, peer_mean, soft_cross_entropy
-from registry import Mode, knob, unit
+from registry import Mode, knob, relabels, stage_inputs, unit
 
 
 def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
@@ -52,7 +52,7 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, each
     model's (Method.chis_at: a pair of floats, or a (2,) tensor), or one float or 0-dim tensor for both; r:
     MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws is unused
-    (one signature for every objective); rows: the batch's rows, or None (given_rows). Returns Objective([L_A, L_B],
+    (one signature for every objective), rows passed on (given_rows). Returns Objective([L_A, L_B],
     taught, [q~_A, q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3), taught[0, 1] mirrored.
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
@@ -68,8 +68,8 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
 
 def given_rows(y, k, m, method, rows=None):
     """Each of m models' given labels (N, K): the one-hot of y (N,), or each model's own, the batch's rows (M, N, K),
-    where they are given labels (registry.Correction.relabels)."""
-    if rows is None or not LABEL_CORRECTIONS[method.lc].relabels():
+    where they are given labels (registry.relabels)."""
+    if rows is None or not relabels(LABEL_CORRECTIONS[method.lc]):
         return [one_hot(y, k)] * m
     return list(rows.unbind(0))
 
@@ -91,13 +91,12 @@ def targets(method, q, p, h, r, clock):
 def self_loss(method, logits, logp, q, q_tilde, y, clock, k, rows=None):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
     own loss (CP, ...). logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels; q_tilde:
-    (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k, rows: the model's index
-    (A: 0) and the batch's rows, for what a correction's stages made (registry.Correction.state).
+    (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k, rows: for stage_inputs.
     """
     c = correction(method, clock)
     if c.loss is None:
         return soft_cross_entropy(q_tilde, logp).mean()
-    return c.loss(logits, logp, q, y, method, clock, LABEL_CORRECTIONS[method.lc].state(method, k, rows))
+    return c.loss(logits, logp, q, y, method, clock, stage_inputs(LABEL_CORRECTIONS[method.lc], method, k, rows))
 
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
@@ -196,11 +195,11 @@ class Precision(NamedTuple):
 def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the run's objective, backward.
 
-    nets, opts: the models and their optimisers. batch: (x, y, y_clean), y the given labels and y_clean the
-    clean ones (the given ones when unknown), used only for the sums, and the batch's rows where it has them
-    (given_rows). chi: Eq. 7 now, each model's; r: MyLC's confidence of each model (0-dim device tensors); clock: a
-    Clock; precision: a Precision. Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2,
-    ENTROPY_BINS) entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
+    nets, opts: the models and their optimisers. batch: (x, y, y_clean, *rows) as Batches gives it, y the given
+    labels and y_clean the clean ones (the given ones when unknown), used only for the sums. chi: Eq. 7 now, each
+    model's; r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a Precision.
+    Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2, ENTROPY_BINS)
+    entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
     on (--amp fp16): its step then reads back whether each model's gradients are finite, a wait per model.
     """
     x, y, y_clean, *rows = batch
@@ -213,10 +212,7 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     for o in opts:
         o.zero_grad(set_to_none=True)
     precision.scaler.scale(total).backward()
-    rule = correction(method, clock).grad_rule  # a rule on each model's gradients before its step (CDR's)
-    if rule is not None:
-        for net in nets:
-            rule(net.parameters(), method)
+    correction(method, clock).grad_rule(nets, method)  # a rule on the gradients before the step: none but CDR's
     for o in opts:
         precision.scaler.step(o)
     precision.scaler.update()
@@ -258,8 +254,7 @@ def sum_names(m):
     loss_x           sum of model x's loss (L_A of Eq. 5 for x = a) over samples
     memorized_x      noisy-labelled samples that model x predicts as their wrong given label
     entropy_x        sum of H(p_x), for MyLC's r (Eq. 8)
-    selected_j2k     samples where H(p_j) < chi: j's target taught k (selected_b2a: B taught A, Eq. 3); for the
-                     comparators' modes, the samples of j's selection that k learned (baselines.py)
+    selected_j2k     samples where j taught k (Objective.taught): H(p_j) < chi, Eq. 3 (selected_b2a: B taught A)
     clean_j2k        ... of those, the taught target's argmax is the clean label (precision)
     clean_label_j2k  ... of those, the sample's given label is the clean one (recall)
     """
@@ -336,8 +331,8 @@ Comparators = comparators()
 @dataclass(frozen=True)
 class Method:
     """What the paper's method is made of, and the two controls of its selection; train.py builds one from its
-    flags. Defaults: CMD-P + MyLC. Each field but comparators (the comparators' settings, a Comparators) is also
-    train.py's flag of the same name (--ls-eps for ls_eps), with this default and help.
+    flags. Defaults: CMD-P + MyLC. Each field down to mylc_rho, and warmup, is also train.py's flag of the same name
+    (--ls-eps for ls_eps), with this default and help.
     """
     mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
                                     "progressive = CMD-P (η=4, b=-5); the comparators (baselines.py, on the given "
@@ -363,6 +358,7 @@ class Method:
     proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
     mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
     mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
+    # ---- for the comparators: a warm-up, their settings, the noise their T reads, what their stages made
     warmup: int = knob(0, "epochs of plain CE (the given labels) before --lc's target or loss applies",
                        (lambda v: v >= 0, "at least 0"))
     comparators: Comparators = field(default_factory=Comparators)
@@ -390,10 +386,10 @@ OBJECTIVES = {**{m: x.objective for m, x in MODES.items()}, "cohort": cohort_obj
 
 
 def objective_for(method, m):
-    """The objective a run of m models trains by: its mode's; for CMD's modes, the pair's cmd_objective unless
-    the run asks for a generalisation of it (--peer-weight mean, --select shuffled, --peers > 2)."""
-    if method.mode not in CMD_MODES:
-        return MODES[method.mode].objective
-    if method.peer_weight == "mean":
+    """The objective a run of m models trains by: its mode's (MODES), or for CMD's modes the generalisation of the
+    pair's cmd_objective that the run asks for (--peer-weight mean, --select shuffled, --peers > 2)."""
+    if method.mode in CMD_MODES and method.peer_weight == "mean":
         return OBJECTIVES["peer-mean"]
-    return OBJECTIVES["shuffled" if method.select == "shuffled" else "cohort" if m > 2 else method.mode]
+    if method.mode in CMD_MODES and (method.select == "shuffled" or m > 2):
+        return OBJECTIVES["shuffled" if method.select == "shuffled" else "cohort"]
+    return MODES[method.mode].objective

@@ -6,6 +6,7 @@ no method, as timm's training script names no model.
 knob       -- a setting of the method: its default, its flag's help (the paper's symbol first), the values it may take
 Stage      -- what a label correction learns between epochs, for each model (training/stages.py runs it)
 Correction -- one self label correction (--lc): its target or its own loss, the settings it reads, its stages
+stage_inputs, relabels -- what a correction's loss and the batches read of its stages
 Mode       -- one training mode (--mode): its objective, Eq. 7's (η, b) or none, what it needs of a run
 
 A setting declared by an entry (`settings`) is a field of mutual.Comparators and train.py's flag of the same name; the
@@ -66,71 +67,67 @@ class Stage(NamedTuple):
 
 
 class Correction(NamedTuple):
-    """One self label correction, as train.py's --lc names it.
+    """One self label correction, as train.py's --lc names it: the paper's (LS, CP, Boot-soft, ProSelfLC, MyLC) and
+    the comparators' (label_correction.py's second half).
 
     title  -- its name in plots and tables
     target -- (q, p, h, r, progress, m) -> q~ (N, K), no gradient: q, p (N, K) the given labels and the model's own
               prediction, h (N,) H(p), r MyLC's confidence (Eq. 8), progress t/Γ, m the run's mutual.Method.
               None: the given label q (CE, and the corrections that are losses, whose models distil q)
-    loss   -- (logits, logp, q, y, m, clock, s) -> a scalar, the model's L_selfKD when it is a loss of its own;
+    loss   -- (logits, logp, q, y, m, clock, s) -> a scalar, the model's L_selfKD when it is a loss of its own (CP);
               None: H(q~, p). logp: the logits' float32 log_softmax; y: (N,) the given labels as integers; clock: the
-              step's mutual.Clock; s: this model's stage states {name: state}, a stage's rows as the batch's (N, K)
+              step's mutual.Clock; s: what its stages made of this model (stage_inputs)
     knobs  -- the fields of mutual.Method or mutual.Comparators it reads beyond its settings: train.py refuses any
               other correction's knob given with this one
-    settings -- {name: knob(...)}: the settings it declares, each a field of mutual.Comparators and a flag
-    grad_rule -- (parameters, m) -> None, a rule applied to each model's gradients after backward and before its
-              optimiser steps (CDR's); None: the gradients as they are
-    stages -- the Stages it runs between epochs, in the order they act
-    check  -- (args) -> a line saying what the run lacks, or None: what train.py refuses before anything is written
-    unbatched -- why tools.batched cannot train it ("" where it can)
     """
     title: str
     target: Callable | None = None
     loss: Callable | None = None
     knobs: tuple = ()
-    settings: dict = {}
-    grad_rule: Callable | None = None
-    stages: tuple = ()
-    check: Callable | None = None
-    unbatched: str = ""
+    # ---- what the comparators' corrections declare beyond a target or a loss
+    settings: dict = {}  # {name: knob(...)}: the settings it declares, each a field of mutual.Comparators and a flag
+    stages: tuple = ()  # the Stages it runs between epochs, in the order they act
+    grad_rule: Callable = lambda nets, m: None  # (nets, m): on the models' gradients before their step (CDR's)
+    check: Callable | None = None  # (args) -> what the run lacks, in a line, or None: train.py refuses it at once
+    unbatched: str = ""  # why tools.batched cannot train it ("" where it can)
 
-    def state(self, m, k, rows=None):
-        """s, what model k's loss reads of the stages: each stage's state of the model (Method.state), and for a
-        stage whose rows are the loss's own, the batch's rows (M, N, K) of model k."""
-        s = {name: states[k] for name, states in (m.state or {}).items()}
-        own = [x for x in self.stages if x.rows is not None and not x.given]
-        if own and rows is not None:
-            s[own[0].name] = rows[k]
-        return s
 
-    def relabels(self):
-        """Whether the batches' rows, where a run has them, are its given labels: always, but for a correction whose
-        stage rows are an input of its loss (a run given labels from --labels-from has no such stage)."""
-        return not any(x.rows is not None and not x.given for x in self.stages)
+def stage_inputs(correction, m, k, rows=None):
+    """s, what model k's loss reads of the correction's stages: each stage's state of the model (Method.state), and
+    for a stage whose rows are the loss's own, the batch's rows (M, N, K) of model k."""
+    s = {name: states[k] for name, states in (m.state or {}).items()}
+    own = [x for x in correction.stages if x.rows is not None and not x.given]
+    if own and rows is not None:
+        s[own[0].name] = rows[k]
+    return s
+
+
+def relabels(correction):
+    """Whether the batches' rows, where a run has them, are its given labels: always, but for a correction whose
+    stage rows are an input of its loss (a run given labels from --labels-from has no such stage)."""
+    return not any(x.rows is not None and not x.given for x in correction.stages)
 
 
 class Mode(NamedTuple):
-    """One training mode, as train.py's --mode names it.
+    """One training mode, as train.py's --mode names it: the paper's four and the comparators' (baselines.py).
 
     title      -- its name in plots and tables (the paper's)
     objective  -- what it trains by: (z, y, method, chi, r, clock, draws, rows) -> losses.Objective
     thresholds -- (η, b) of Eq. 7 by default: a knowledge mode of Eqs. 3-7, where --lc, --select and --peer-weight
                   apply; None: no χ, and it trains on the given labels (--lc ce)
     tunable    -- --eta and --b may move its (η, b) (CMD-S, CMD-P); zero and all knowledge are defined by theirs
-    pair       -- defined for a pair of networks only, not a cohort (--peers)
-    rule       -- (method, clock) -> the host numbers its step takes at this point of training (R(t) of the
-                  small-loss methods): a replayed step is recorded anew for each (training/graph.py); None: none
     aliases    -- the papers' names it is also called by
     knobs      -- the fields of mutual.Method or mutual.Comparators its objective reads beyond η and b and its
                   settings: train.py refuses any other mode's knob given with it
-    settings   -- {name: knob(...)}: the settings it declares, each a field of mutual.Comparators and a flag
     """
     title: str
     objective: Callable
     thresholds: tuple | None = None
     tunable: bool = False
-    pair: bool = False
-    rule: Callable | None = None
     aliases: tuple = ()
     knobs: tuple = ()
-    settings: dict = {}
+    # ---- what the comparators' modes declare beyond an objective
+    settings: dict = {}  # {name: knob(...)}: the settings it declares, each a field of mutual.Comparators and a flag
+    pair: bool = False  # defined for a pair of networks only, not a cohort (--peers)
+    rule: Callable | None = None  # (method, clock) -> the host numbers its step takes now (R(t) of the small-loss
+    # methods): a replayed step is recorded anew for each (training/graph.py); None: none

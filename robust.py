@@ -11,7 +11,7 @@ reweight_loss     -- T-revision's importance reweighting (Xia et al. 2019) with 
 revision_loss     -- ... and its revision stage: T = T̂ + ΔT, the slack ΔT learned through the weights
 mentornet_pd_loss -- MentorNet (Jiang et al. 2018), its predefined curriculum, the form that needs no clean data
 nearest_percentile -- ... its λ: a batch's percentile as TensorFlow takes it, one of the batch's values
-cdr_mask_         -- CDR (Xia et al. 2021): the gradient kept on the critical parameters alone
+cdr_mask_, cdr_rule -- CDR (Xia et al. 2021): the gradient kept on the critical parameters alone, of one model, of each
 joint_loss        -- Joint optimisation (Tanaka et al. 2018), its first step: the CE with each sample's current
                      (soft) label, a prior term and an entropy term
 joint_history     -- ... its labels: the last `window` epochs' predictions, whose mean each sample is relabelled to
@@ -213,6 +213,12 @@ def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, progress=0.0
         v = (torch.ones_like(loss) if e <= burn else (diff <= 0).float() if e < MENTORNET_RAMP else
              (1 - diff / MENTORNET_GAMMA).clamp(0, 1))
     return (v * loss).mean()
+
+
+def cdr_rule(nets, keep):
+    """CDR's rule on each model's gradients (registry.Correction.grad_rule): cdr_mask_ of each, keep = 1 − τ."""
+    for net in nets:
+        cdr_mask_(net.parameters(), keep)
 
 
 @torch.no_grad()

@@ -71,8 +71,7 @@ def main(argv=None):
     except runfiles.WriteError as e:  # stdout, before the run has written a file
         raise UserError(f"{e}; the run wrote nothing; {e.fix}, then run the command again") from None
     models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)
-    models, method = stages.restore(models, method, run.states(setup.device), args.epochs, run.epochs_done,
-                                    args.weight_decay)           # what the correction had learned, on resume
+    models, method = stages.restore(models, method, run, args, setup.device)  # what --lc had learned, on resume
     start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
     batches = Batches(train, labels=noisy, clean=train.labels, rows=rows, **batch_args(args, d, setup))
     loop = Loop.of(args, setup, models, method, batches)

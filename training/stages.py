@@ -24,18 +24,18 @@ from training import rundir
 from training.report import predictions
 
 
-def restore(models, method, states, epochs, done, weight_decay):
-    """The models and method of a resumed run: Method.state the checkpoint's (states: {name: each model's state}, or
-    None), and for each stage that had brought its optimiser by the last epoch done (done: epochs done), that
-    optimiser on each model and its learned state, before the checkpoint's optimiser states are loaded into them
-    (rundir.restore). epochs: the run's."""
-    m = dataclasses.replace(method, state=states)
+def restore(models, method, run, args, device):
+    """The models and method of a resumed run (run: a rundir.Run; args: its settings): Method.state the checkpoint's
+    ({name: each model's state}, or None), and for each stage that had brought its optimiser by the last epoch done,
+    that optimiser on each model and its learned state, before the checkpoint's optimiser states are loaded into them
+    (rundir.restore)."""
+    m = dataclasses.replace(method, state=run.states(device))
     for stage in LABEL_CORRECTIONS[m.lc].stages:
-        start = stage.start(m, epochs)
-        if stage.optimiser is not None and start is not None and done - 1 >= start:
+        start = stage.start(m, args.epochs)
+        if stage.optimiser is not None and start is not None and run.epochs_done - 1 >= start:
             learned = tuple(s.clone().requires_grad_() for s in m.state[stage.name])
             m = dataclasses.replace(m, state={**m.state, stage.name: learned})
-            models = with_optimiser(models, stage, learned, m, weight_decay)
+            models = with_optimiser(models, stage, learned, m, args.weight_decay)
     return models, m
 
 
