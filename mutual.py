@@ -43,7 +43,7 @@ import baselines
 import schedule
 from label_correction import LABEL_CORRECTIONS, one_hot
 from losses import Objective, cmd_distill, log_probs, peer_mean, soft_cross_entropy
-from registry import Mode, knob, relabels, stage_inputs, unit
+from registry import Mode, knob, like_ce, relabels, stage_inputs, unit
 
 
 def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
@@ -305,9 +305,10 @@ SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
 def knobs_read(mode, lc):
     """The names of the fields of Method and Comparators that a run of this mode and label correction reads: the
     mode and lc themselves, η and b where the mode's are tunable, the mode's knobs and settings and, where it has a
-    threshold (it trains on q~), its label correction's (registry.Mode, registry.Correction)."""
+    threshold (it trains on q~), its label correction's (registry.Mode, registry.Correction), and --warmup where the
+    correction's step differs from CE's (registry.like_ce: a correction that only relabels between epochs does not)."""
     x, c = MODES[mode], LABEL_CORRECTIONS[lc]
-    own = (*c.knobs, *c.settings, *(("warmup",) if lc != "ce" else ())) if x.thresholds is not None else ()
+    own = (*c.knobs, *c.settings, *(() if like_ce(c) else ("warmup",))) if x.thresholds is not None else ()
     controls = () if c.loss is None else ("peer_weight",)  # a mean of two cross-entropies with targets: q~ only
     return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *own,
             *(k for k in (*x.knobs, *x.settings) if k not in controls)}

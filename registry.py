@@ -5,8 +5,10 @@ no method, as timm's training script names no model.
 
 knob       -- a setting of the method: its default, its flag's help (the paper's symbol first), the values it may take
 Stage      -- what a label correction learns between epochs, for each model (training/stages.py runs it)
-Correction -- one self label correction (--lc): its target or its own loss, the settings it reads, its stages
+Correction -- one self label correction (--lc): its target or its own loss, the settings it reads, its stages (and
+              as_they_are, the rule on the gradients of all but CDR)
 stage_inputs, relabels -- what a correction's loss and the batches read of its stages
+like_ce    -- whether a correction's step is CE's, which a warm-up of CE leaves as it is
 Mode       -- one training mode (--mode): its objective, Eq. 7's (η, b) or none, what it needs of a run
 
 A setting declared by an entry (`settings`) is a field of mutual.Comparators and train.py's flag of the same name; the
@@ -66,6 +68,10 @@ class Stage(NamedTuple):
     keep: bool = False
 
 
+def as_they_are(nets, m):
+    """The gradients as backward left them: the grad_rule of every correction but CDR."""
+
+
 class Correction(NamedTuple):
     """One self label correction, as train.py's --lc names it: the paper's (LS, CP, Boot-soft, ProSelfLC, MyLC) and
     the comparators' (label_correction.py's second half).
@@ -87,7 +93,7 @@ class Correction(NamedTuple):
     # ---- what the comparators' corrections declare beyond a target or a loss
     settings: dict = {}  # {name: knob(...)}: the settings it declares, each a field of mutual.Comparators and a flag
     stages: tuple = ()  # the Stages it runs between epochs, in the order they act
-    grad_rule: Callable = lambda nets, m: None  # (nets, m): on the models' gradients before their step (CDR's)
+    grad_rule: Callable = as_they_are  # (nets, m): on the models' gradients before their step (CDR's)
     check: Callable | None = None  # (args) -> what the run lacks, in a line, or None: train.py refuses it at once
     unbatched: str = ""  # why tools.batched cannot train it ("" where it can)
 
@@ -100,6 +106,12 @@ def stage_inputs(correction, m, k, rows=None):
     if own and rows is not None:
         s[own[0].name] = rows[k]
     return s
+
+
+def like_ce(correction):
+    """Whether its step is CE's: no target, no loss, no rule on the gradients (CE itself, or a correction that
+    only renews the given labels between epochs), so that a warm-up of CE changes nothing in it."""
+    return correction.target is None and correction.loss is None and correction.grad_rule is as_they_are
 
 
 def relabels(correction):

@@ -60,6 +60,21 @@ def test_a_label_correction_added_to_its_registry_trains(tmp_path, monkeypatch):
     assert "mylc-capped" in config.parser().format_help()
 
 
+def test_a_correction_that_only_renews_the_given_labels_does_not_read_the_warm_up(tmp_path, monkeypatch, capsys):
+    """Its step is CE's (no target, no loss, no rule on the gradients): a warm-up of CE would change nothing, so
+    --warmup is not what it reads, and train.py refuses it in one line; one with a target reads it."""
+    running = label_correction.Stage("running", start=lambda m, epochs: 1, every=True, rows=lambda t: t, given=True,
+                                     update=lambda t, probs, m: probs, line=lambda m, epoch, n, states: "renewed")
+    monkeypatch.setitem(LABEL_CORRECTIONS, "renewed", label_correction.Correction("Renewed", stages=(running,)))
+    assert "warmup" not in mutual.knobs_read("progressive", "renewed") and mutual.knobs_read("zero", "renewed")
+    assert "warmup" in mutual.knobs_read("progressive", "mylc") and "warmup" in mutual.knobs_read("zero", "cdr")
+    with pytest.raises(SystemExit) as e:
+        train.main(ONE_EPOCH + ["--lc", "renewed", "--warmup", "1", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--warmup 1" in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_an_architecture_added_to_its_registry_trains_on_its_own_preset(tmp_path, monkeypatch, capsys):
     built = []
 
