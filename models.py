@@ -22,7 +22,6 @@ from urllib.parse import urlparse
 
 import torch
 import torch.nn as nn
-import torchvision
 
 
 def count_params(model):
@@ -60,6 +59,8 @@ def mlp(num_classes, width=512, side=16):
 
 
 # ------------------------------------------------------ CIFAR-form torchvision
+# torchvision is imported by each builder of one of its nets: it imports torch._dynamo, about 3 s of every start,
+# which a run of the MLP or the CNN never needs.
 
 def cifar_resnet(depth, num_classes):
     """torchvision ResNet with the usual CIFAR stem (He et al. 2016, §4.2).
@@ -67,6 +68,7 @@ def cifar_resnet(depth, num_classes):
     The ImageNet stem (7x7 stride-2 conv, then max-pool) would shrink a 32x32
     image to 8x8 before layer1; a 3x3 stride-1 conv and no pool keep it 32x32.
     """
+    import torchvision  # here: see this section's first comment
     net = getattr(torchvision.models, f"resnet{depth}")(weights=None, num_classes=num_classes)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     # Same init torchvision gives its other convs.
@@ -82,6 +84,7 @@ def cifar_shufflenetv2(num_classes):
     three stride-2 stages stay, so the map is 4x4 before the global pool.
     torchvision's first conv is already 3x3, so the parameter count is unchanged.
     """
+    import torchvision  # here: see this section's first comment
     net = torchvision.models.shufflenet_v2_x1_0(weights=None, num_classes=num_classes)
     net.conv1[0] = nn.Conv2d(3, 24, kernel_size=3, stride=1, padding=1, bias=False)
     nn.init.kaiming_normal_(net.conv1[0].weight, mode="fan_out", nonlinearity="relu")
@@ -95,6 +98,7 @@ def imagenet_resnet50(num_classes, pretrained):
     With pretrained=True, loads IMAGENET1K_V1 and puts a fresh Linear(2048, K) head
     on it. The weights come from torch's cache or are downloaded into it.
     """
+    import torchvision  # here: see this section's first comment
     if not pretrained:
         return torchvision.models.resnet50(weights=None, num_classes=num_classes)
     url = torchvision.models.ResNet50_Weights.IMAGENET1K_V1.url

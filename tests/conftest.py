@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 # real ones back afterwards. Every data attribute of every torchvision dataset class, and of any other class a record
 # of training/datasets.py names, is kept, so that no list here can leave out a class a record or a test's fixture uses.
 CLASSES = [c for c in vars(tv).values() if isinstance(c, type) and issubclass(c, VisionDataset)]
-CLASSES += [d.source for d in DATASETS.values() if d.source is not None and d.source not in CLASSES]
+CLASSES += [d.torchvision() for d in DATASETS.values() if d.source is not None and d.torchvision() not in CLASSES]
 PUBLISHED = [(cls, attr) for cls in CLASSES for attr, v in vars(cls).items()
              if not attr.startswith("__") and isinstance(v, (str, bytes, int, float, tuple, list, dict))]
 

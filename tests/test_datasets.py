@@ -27,7 +27,7 @@ def one_line(err):
 def publish(name, root):
     """Stand the CIFAR files under root in for the published ones: their md5 sums become torchvision's, which it
     checks before it unpickles a file (conftest puts the real sums back after the test)."""
-    c = datasets.DATASETS[name].source
+    c = datasets.DATASETS[name].torchvision()
     md5 = lambda f: hashlib.md5((root / c.base_folder / f).read_bytes()).hexdigest()  # noqa: E731
     c.train_list = [[f, md5(f)] for f, _ in c.train_list]
     c.test_list = [[f, md5(f)] for f, _ in c.test_list]
@@ -70,8 +70,7 @@ def test_cifar_pickles_are_each_hashed_once_on_a_load(tmp_path, monkeypatch):
     def counted(path, *a, **k):
         hashed.append(os.path.basename(path))
         return real(path, *a, **k)
-    monkeypatch.setattr(tvu, "calculate_md5", counted)
-    monkeypatch.setattr(datasets, "calculate_md5", counted)
+    monkeypatch.setattr(tvu, "calculate_md5", counted)  # torchvision's, which datasets.py imports as it reads
     load_dataset("cifar100", tmp_path, download=False)
     assert sorted(hashed) == ["meta", "meta", "test", "train"]  # the 1.5 KB meta file once a split, by torchvision
     (tmp_path / "cifar-100-python" / "meta").write_bytes(b"other")  # a bad meta file is still named
@@ -177,9 +176,9 @@ def write_copy(name, root):
         d.tiny.write(root)
     except ImportError as e:
         pytest.skip(f"{name}'s tiny copy needs {e.name}, which is not installed")
-    if hasattr(d.source, "train_list"):
+    if hasattr(d.torchvision(), "train_list"):
         publish(name, root)
-    elif hasattr(d.source, "split_list"):
+    elif hasattr(d.torchvision(), "split_list"):
         publish_files(name, root)
     return list(d.tiny.flags)
 
@@ -189,8 +188,9 @@ def publish_files(name, root):
     md5 sums become torchvision's (conftest puts the real sums back after the test)."""
     d = datasets.DATASETS[name]
     folder = root / d.published().folder
-    d.source.split_list = {s: [url, f, tvu.calculate_md5(str(folder / f)) if (folder / f).exists() else md5]
-                           for s, (url, f, md5) in d.source.split_list.items()}
+    c = d.torchvision()
+    c.split_list = {s: [url, f, tvu.calculate_md5(str(folder / f)) if (folder / f).exists() else md5]
+                    for s, (url, f, md5) in c.split_list.items()}
 
 
 def test_svhn_reads_its_mat_files_through_torchvision(tmp_path):

@@ -663,3 +663,20 @@ def test_every_tool_refuses_an_unknown_flag_in_one_line(tool, capsys, tmp_path):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "error:" in err and "--help" in err, err
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_line_reaches_stderr_in_one_write_so_that_the_ranks_lines_never_interleave(monkeypatch):
+    # under PYTHONUNBUFFERED each write goes straight to the pipe torchrun's ranks share: a line written in two
+    # (print's text, then its newline) lets another rank's whole line land between them
+    writes = []
+
+    class Pipe:
+        def write(self, s):
+            writes.append(s)
+            return len(s)
+
+        def flush(self):
+            pass
+    monkeypatch.setattr(sys, "stderr", Pipe())
+    errors.say("train.py (rank 1 of 2): error: on rank 1: stopped")
+    assert writes == ["train.py (rank 1 of 2): error: on rank 1: stopped\n"]

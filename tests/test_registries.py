@@ -159,7 +159,7 @@ def test_a_noise_kind_that_needs_more_classes_is_one_line_in_train_py_and_tools_
     assert not out.exists()
 
 
-KMNIST = datasets.Dataset(datasets.DATASETS["mnist"].read, "KMNIST", "mlp", tv.KMNIST, (0.1918,) * 3, (0.3483,) * 3,
+KMNIST = datasets.Dataset(datasets.DATASETS["mnist"].read, "KMNIST", "mlp", "KMNIST", (0.1918,) * 3, (0.3483,) * 3,
                           flip=False, form=download.gz_files, tiny=tiny.Copy(lambda root: tiny.write_idx(
                               root, n_train=40, n_test=20)))
 
@@ -206,7 +206,7 @@ def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkey
     assert [f for f, _, _ in files] == [f for f, _ in tv.KMNIST.resources]
     assert all(url.startswith(tuple(tv.KMNIST.mirrors)) for _, _, urls in files for url in urls)
     assert not set(md5 for _, md5, _ in files) & set(md5 for _, md5 in tv.MNIST.resources)
-    for name, source in (("unpublished", None), ("wrong-form", tv.SVHN)):  # no source; a class of another form
+    for name, source in (("unpublished", None), ("wrong-form", "SVHN")):  # no source; a class of another form
         monkeypatch.setitem(datasets.DATASETS, name, KMNIST._replace(source=source))
         with pytest.raises(SystemExit) as e:  # refused in one line, before any request
             train.main(["--dataset", name, "--data-dir", str(tmp_path / "data"), "--data-mirror", "http://127.0.0.1:9/",

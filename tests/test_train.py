@@ -1,5 +1,6 @@
 """train.py end to end on CPU: every mode and lc, the files a run writes, resume, bad input, every dataset format."""
 import contextlib
+import importlib.metadata
 import io
 import json
 import math
@@ -38,13 +39,19 @@ def metrics(out):
         return [json.loads(line) for line in f]
 
 
-def test_cli_run_writes_every_file_with_its_keys(tmp_path):
+def test_cli_run_writes_every_file_with_its_keys_and_imports_no_torchvision(tmp_path):
+    # -X importtime: each module the run imports, one stderr line each. torchvision, 3 s of every start, is imported
+    # only where a dataset or a net of its own is read or built (training/datasets.py)
     out = str(tmp_path / "run")
-    res = cli(*TINY, "--epochs", "2", "--out", out)
-    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-X", "importtime", os.path.join(HERE, "train.py"), *TINY, "--epochs", "2",
+                          "--out", out], capture_output=True, text=True, timeout=120, cwd=HERE)
+    assert res.returncode == 0, res.stderr[-3000:]
+    imported = [ln.split("|")[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")]
+    assert "torch" in imported and not [m for m in imported if m.split(".")[0] == "torchvision"]
     assert "settings:" in res.stdout and res.stdout.count("\nepoch ") == 2
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["mode"] == "progressive" and config["lc"] == "mylc" and config["eta"] == 4.0 and config["b"] == -5.0
+    assert config["provenance"]["torchvision"] == importlib.metadata.version("torchvision")  # read, not imported
     noisy = np.load(os.path.join(out, "noisy_labels.npy"))
     assert noisy.shape == (96,) and noisy.dtype == np.int64
     rows = metrics(out)

@@ -22,7 +22,6 @@ import copy
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision.transforms as T
 
 from training.datasets import DataError, TensorImages, open_image, to_rgb
 
@@ -76,6 +75,7 @@ def file_transforms(kind, size, train, mean, std):
       paper ("resize to 320x320 ... randomly cropped with a size of 299x299"); the flip is ours.
     Other sizes keep the ratios 256/224 and 320/299.
     """
+    import torchvision.transforms as T  # here: datasets.py says why
     if kind == "webvision":
         resize = T.Resize((round(size * 320 / 299),) * 2)
     elif kind in ("food101", "folder"):

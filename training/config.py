@@ -114,7 +114,7 @@ def parser():
     p = Parser(command="python train.py", description=__doc__.split("\n")[0], formatter_class=Help,
                epilog=presets_help())
     g = p.add_argument_group("data and noise")
-    published = {n: p for n, p in ((n, d.published()) for n, d in datasets.DATASETS.items()) if p}  # the downloads
+    published = [n for n, d in datasets.DATASETS.items() if d.source and d.form]  # the downloads
     human = {n: d.human for n, d in datasets.DATASETS.items() if d.human}            # CIFAR-N's label files
     g.add_argument("--dataset", choices=tuple(datasets.DATASETS), default="cifar100",
                    help="; ".join(f"{n}: " + ", ".join(t for t in (d.title, d.about) if t and t.lower() != n) +
@@ -124,9 +124,7 @@ def parser():
                    help="dataset root; " + ", ".join(published) + " download here on first use")
     g.add_argument("--data-mirror", metavar="URL",
                    help="download from URL (http://, https://, file://), which holds the published files under their "
-                        "own names (" + "; ".join(f"{n}: {', '.join(f for f, _, _ in p.files)}" for n, p in
-                                                  published.items()) +
-                        "), instead of each dataset's site; md5-checked alike")
+                        "own names (docs/training.md: --data-dir), instead of each dataset's site; md5-checked alike")
     g.add_argument("--image-size", type=int, help="resize/crop size (default: the dataset's own, 32/28/224/299)")
     g.add_argument("--subset", type=int, help="train on N samples drawn with --subset-seed (default: --seed)")
     g.add_argument("--subset-seed", type=int,

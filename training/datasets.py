@@ -10,6 +10,8 @@ Synthetic    -- the settings of the synthetic data set (synthetic.py), load_data
 CIFAR-10/100, Fashion-MNIST, MNIST, SVHN and Food-101 are read by torchvision's dataset classes and readers, and
 downloaded into the folders they read by download.py. What is ours is a one-line DataError for each way the
 files can be wrong, and Fashion-MNIST/MNIST in a flat folder (torchvision's class reads only its raw/ folder).
+Each reader imports what it uses of torchvision, and a record names its class (`source`): torchvision imports
+torch._dynamo, about 3 s of every start, which a run on synthetic data or another dataset never needs.
 
 Labels returned here are the *given* labels: clean for cifar10/100, folder and
 synthetic (train.py adds synthetic noise or, for CIFAR, the human labels of CIFAR-N:
@@ -28,10 +30,6 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 from PIL import Image
-from torchvision import datasets as tv
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
-from torchvision.datasets.mnist import read_image_file, read_label_file
-from torchvision.datasets.utils import calculate_md5
 
 from training import clothing1m, download, tiny, webvision
 from training.cifar_n import CIFAR10N, CIFAR100N
@@ -51,8 +49,9 @@ class Dataset(NamedTuple):
     read       -- its reader below: (name, data_dir, image_size, download, mirror, synthetic) -> Data
     title      -- its name in messages
     arch       -- --arch's default on it (appendix C; the optimisation preset follows from it, presets.py)
-    source     -- the torchvision class whose files, published md5 sums and URLs download.fetch reads, and whose
-                  folder layout the reader reads; None: not published for download (its files are put in place)
+    source     -- the name of the torchvision.datasets class (its `torchvision()`) whose files, published md5 sums
+                  and URLs download.fetch reads, and whose folder layout the reader reads; None: not published for
+                  download (its files are put in place)
     form       -- the form `source` publishes its files in, as download.py reads them: download.archive (one tar
                   archive), download.gz_files (one .gz per file), download.split_files (one plain file per split);
                   None: not fetched
@@ -72,7 +71,7 @@ class Dataset(NamedTuple):
     read: Callable
     title: str
     arch: str
-    source: type | None = None
+    source: str | None = None
     mean: tuple | None = None
     std: tuple | None = None
     flip: bool = True
@@ -87,7 +86,12 @@ class Dataset(NamedTuple):
 
     def published(self):
         """What a download of it brings (download.Published, read off `source` by `form`), or None: not fetched."""
-        return None if self.source is None or self.form is None else self.form(self.source)
+        return None if self.source is None or self.form is None else self.form(self.torchvision())
+
+    def torchvision(self):
+        """Its torchvision.datasets class, `source`; None where it has none."""
+        from torchvision import datasets as tv  # here: the module's docstring says why
+        return None if self.source is None else getattr(tv, self.source)
 
 
 def from_files(noise, name):
@@ -156,12 +160,12 @@ def _cifar(name, data_dir, image_size, download, mirror, synthetic):
     """The official python pickles, read by torchvision's class: <data_dir>/cifar-100-python/{train,test,meta} or
     <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}."""
     d = DATASETS[name]
-    c = d.source
+    c = d.torchvision()
     if image_size not in (None, 32):
         raise DataError(f"{name} images are 32x32, got --image-size {image_size}; leave it unset")
     folder = os.path.join(data_dir, c.base_folder)
     inside = os.path.basename(os.path.normpath(data_dir))
-    folders = {x.source.base_folder: n for n, x in DATASETS.items() if x.read is _cifar}
+    folders = {x.torchvision().base_folder: n for n, x in DATASETS.items() if x.read is _cifar}
     if not os.path.isdir(folder) and inside in folders:
         # --data-dir names the extracted folder instead of its parent: say so now, rather than
         # "not found", or a download of the archive into the dataset's own folder
@@ -197,6 +201,7 @@ def _cifar(name, data_dir, image_size, download, mirror, synthetic):
 def _not_published(c, folder, files=None):
     """The DataError for the first of the CIFAR files (default: the data files, train_list + test_list) missing or
     not the published one, each hashed once; None when every one is published."""
+    from torchvision.datasets.utils import calculate_md5  # here: the module's docstring says why
     fix = f"re-extract {c.filename} (or delete {folder} and let it download again)"
     for file, md5 in c.train_list + c.test_list if files is None else files:
         path = os.path.join(folder, file)
@@ -228,11 +233,13 @@ def _idx(name, data_dir, image_size, download, mirror, synthetic):
     them so) or in torchvision's <data_dir>/FashionMNIST/raw/ (<data_dir>/MNIST/raw/ for mnist), the first place
     that has all four, read by torchvision's readers. None there and download: fetch them into raw/ (download.py)."""
     d = DATASETS[name]
-    places = (data_dir,) + ((os.path.join(data_dir, d.source.__name__, "raw"),) if d.source else ())
+    places = (data_dir,) + ((os.path.join(data_dir, d.source, "raw"),) if d.source else ())
     names = ", ".join(n for pair in IDX_FILES.values() for n in pair)
     located(name, lambda: _find_idx(places) is not None,
             f"{d.title} files {names} (each plain or .gz) in {' or '.join(places)}", data_dir, download, mirror,
             d.elsewhere)
+    # here, as each reader imports what it uses of torchvision: the module's docstring says why
+    from torchvision.datasets.mnist import read_image_file, read_label_file
     files = _find_idx(places)
     splits = {}
     for split, (images_name, labels_name) in IDX_FILES.items():
@@ -298,7 +305,8 @@ def _read_idx(read, path):
         # a gzip stream cut short or no gzip at all, or torchvision's reader: a magic number of no IDX file (its
         # bare assert), a file shorter or longer than its header says (view), labels where images belong
         why = "its magic number is no IDX file's" if isinstance(err, AssertionError) else first_line(err)
-        raise DataError(f"{path} is not an intact IDX {'images' if read is read_image_file else 'labels'} file "
+        what = "labels" if read.__name__ == "read_label_file" else "images"
+        raise DataError(f"{path} is not an intact IDX {what} file "
                         f"({why}); replace it with an intact copy (download it again)") from err
 
 
@@ -309,7 +317,7 @@ def _split_arrays(name, data_dir, image_size, download, mirror, synthetic):
     them), read by torchvision's class, which checks each against its published md5 before it reads it (through
     scipy, for SVHN's MATLAB files). Its images are (N, 3, H, W) uint8; mean and std are the training set's own."""
     d = DATASETS[name]
-    c, published = d.source, d.published()
+    c, published = d.torchvision(), d.published()
     folder = os.path.join(data_dir, published.folder)
     files = [os.path.join(folder, f) for f, _, _ in published.files]
     located(name, lambda: all(os.path.isfile(f) for f in files), f"{d.title} files {' and '.join(files)}", data_dir,
@@ -349,6 +357,7 @@ def _channel_stats(x):
 
 def _food101(name, data_dir, image_size, download, mirror, synthetic):
     """torchvision's Food101 on <data_dir>/food-101/{meta/{train,test}.json, images/}."""
+    from torchvision import datasets as tv  # here: the module's docstring says why
     root, size = os.path.join(data_dir, "food-101"), image_size or 224
     meta, images = os.path.join(root, "meta"), os.path.join(root, "images")
     located(name, lambda: os.path.isdir(meta) and os.path.isdir(images), f"Food-101 folders {meta} and {images}",
@@ -427,6 +436,8 @@ def _folder(name, data_dir, image_size, download, mirror, synthetic, small=64):
     Folders of small images (<= 64 px, or image_size <= 64) are decoded once into
     memory and then trained like CIFAR; anything larger is read by DataLoader workers.
     """
+    # here, as each reader imports what it uses of torchvision: the module's docstring says why
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
     layout = "expected <data-dir>/train/<class>/*.png and <data-dir>/test/<class>/*.png (ImageFolder layout)"
     splits = {}
     for split in ("train", "test"):
@@ -502,11 +513,11 @@ def in_memory_images(splits, image_size=None):
 
 
 DATASETS = {
-    "cifar100": Dataset(_cifar, "CIFAR-100", "resnet34", tv.CIFAR100, CIFAR100_MEAN, CIFAR100_STD,
+    "cifar100": Dataset(_cifar, "CIFAR-100", "resnet34", "CIFAR100", CIFAR100_MEAN, CIFAR100_STD,
                         form=download.archive, human=CIFAR100N, about="the paper's", tiny=tiny.Copy(tiny.write_cifar)),
-    "cifar10": Dataset(_cifar, "CIFAR-10", "resnet34", tv.CIFAR10, CIFAR10_MEAN, CIFAR10_STD, form=download.archive,
+    "cifar10": Dataset(_cifar, "CIFAR-10", "resnet34", "CIFAR10", CIFAR10_MEAN, CIFAR10_STD, form=download.archive,
                        human=CIFAR10N, tiny=tiny.Copy(tiny.write_cifar10)),
-    "fashionmnist": Dataset(_idx, "Fashion-MNIST", "resnet18", tv.FashionMNIST, (0.2860,) * 3, (0.3530,) * 3,
+    "fashionmnist": Dataset(_idx, "Fashion-MNIST", "resnet18", "FashionMNIST", (0.2860,) * 3, (0.3530,) * 3,
                             elsewhere="on Debian/Ubuntu `apt-get install dataset-fashion-mnist` puts them in "
                                       "/usr/share/datasets/fashion-mnist/ (pass --data-dir "
                                       "/usr/share/datasets/fashion-mnist)",
@@ -514,18 +525,18 @@ DATASETS = {
                                                          "dataset-fashion-mnist, then --data-dir "
                                                          "/usr/share/datasets/fashion-mnist)",
                             tiny=tiny.Copy(lambda root: tiny.write_idx(root, seed=0))),
-    "mnist": Dataset(_idx, "MNIST", "cnn", tv.MNIST, (0.1307,) * 3, (0.3081,) * 3, flip=False,
+    "mnist": Dataset(_idx, "MNIST", "cnn", "MNIST", (0.1307,) * 3, (0.3081,) * 3, flip=False,
                      elsewhere="Debian/Ubuntu package only Fashion-MNIST (dataset-fashion-mnist), not MNIST: copy the "
                                "four files, or the MNIST/raw/ folder torchvision.datasets.MNIST(root, download=True) "
                                "makes, from a machine with internet into --data-dir",
                      form=download.gz_files, about="28x28 grayscale from IDX files",
                      tiny=tiny.Copy(lambda root: tiny.write_idx(root, seed=1))),
-    "svhn": Dataset(_split_arrays, "SVHN", "resnet34", tv.SVHN, flip=False,
+    "svhn": Dataset(_split_arrays, "SVHN", "resnet34", "SVHN", flip=False,
                     elsewhere="put train_32x32.mat and test_32x32.mat (http://ufldl.stanford.edu/housenumbers/) in "
                               "SVHN/ under --data-dir",
                     form=download.split_files, about="32x32 house numbers from its .mat files (needs scipy)",
                     tiny=tiny.Copy(tiny.write_svhn)),
-    "food101": Dataset(_food101, "Food-101", "resnet50_imagenet", tv.Food101, real_noise=True, pretrained=True,
+    "food101": Dataset(_food101, "Food-101", "resnet50_imagenet", "Food101", real_noise=True, pretrained=True,
                        elsewhere="put the extracted food-101/ folder (food-101.tar.gz, "
                                  "https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/) under --data-dir",
                        form=download.archive, about="the paper's", files=True,

@@ -43,8 +43,6 @@ import urllib.request
 import zlib
 from typing import NamedTuple
 
-from torchvision.datasets.utils import extract_archive
-
 from training.images import DataError, first_line
 
 TIMEOUT = 60  # seconds without a byte before a download counts as failed
@@ -195,6 +193,7 @@ def _get(url, path):
 
 def _extract(path, into, folder):
     """torchvision's extract_archive: a .tar.gz into `into` (it must hold `folder`), a .gz into its plain file."""
+    from torchvision.datasets.utils import extract_archive  # here: datasets.py says why
     try:
         extract_archive(path, into)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as err:

@@ -61,10 +61,12 @@ def named(prog):
 
 
 def say(line):
-    """line on stderr. Where stderr cannot take it either (a sweep's train.err on the same full disk), the exit code
-    still tells, and no traceback follows."""
+    """line on stderr, in one write: under PYTHONUNBUFFERED (set in many containers) print's two writes, the line and
+    its newline, let another rank's line land between them in the same pipe. Where stderr cannot take it either (a
+    sweep's train.err on the same full disk), the exit code still tells, and no traceback follows."""
     with contextlib.suppress(OSError):
-        print(line, file=sys.stderr, flush=True)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 class Terminated(KeyboardInterrupt):

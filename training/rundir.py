@@ -29,6 +29,7 @@ files cannot all be written leaves none of them.
 """
 import contextlib
 import datetime
+import importlib.metadata
 import os
 import platform
 import shlex
@@ -138,14 +139,13 @@ def _same_settings(saved, config, path):
 
 def provenance(device, world):
     """What this process runs on and with: start time, device, versions, and the code's git commit."""
-    import torchvision  # here: its version only, for config.json
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
         name = _cpu_name() + f" ({torch.get_num_threads()} threads)"
     return dict(started=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 device=device.type, device_name=name, device_count=world, python=platform.python_version(),
-                torch=str(torch.__version__), torchvision=str(torchvision.__version__), **_git())
+                torch=str(torch.__version__), torchvision=importlib.metadata.version("torchvision"), **_git())
 
 
 def _cpu_name():

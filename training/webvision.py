@@ -9,8 +9,6 @@ datasets.load_dataset("webvision", ...) calls load; its errors are images.DataEr
 import os
 import warnings
 
-from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
-
 from training.images import (IMAGENET_MEAN, IMAGENET_STD, Data, DataError, FileImages, first_line, label_array,
                              require_file)
 
@@ -61,6 +59,7 @@ def _ilsvrc12_val(val, info, num_classes, size, layout):
             raise DataError(f"{info}/synsets.txt lists {len(wnids)} synsets, expected 1000 "
                             f"(at least {num_classes}); {layout}")
         present, kind = {w: i for i, w in enumerate(wnids[:num_classes]) if w in folders}, "<wnid>"
+    from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset  # here: datasets.py says why
     try:
         samples = make_dataset(val, present, extensions=IMG_EXTENSIONS)
     except (OSError, ValueError) as err:  # no class folder present, or an empty one
