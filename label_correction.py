@@ -291,7 +291,7 @@ LABEL_CORRECTIONS.update({
                                  (positive, "a positive lr"))),
                             check=robust.check_trevision, unbatched="its T̂ is each run's estimate"),
     "mentornet": Correction("MentorNet PD", loss=lambda logits, logp, q, y, m, clock, s: robust.mentornet_pd_loss(
-        logits, y, m.comparators.mentornet_percentile, m.comparators.mentornet_burn_in, clock.progress, logp=logp),
+        logits, y, m.comparators.mentornet_percentile, m.comparators.mentornet_burn_in, clock.percent, logp=logp),
                             settings=dict(
         mentornet_percentile=knob(0.7, "MentorNet PD: the percentile p of the batch's losses below which a sample "
                                        "counts (--lc mentornet; the value of the authors' flag)",

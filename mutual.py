@@ -185,6 +185,12 @@ class Clock(NamedTuple):
         """t/Γ."""
         return self.t / self.epochs
 
+    @property
+    def percent(self):
+        """⌊100 t/Γ⌋ from whole step counts, ⌊100 step / steps⌋: an int, exact at every step of any run (MentorNet's
+        curriculum counts so)."""
+        return 100 * (self.epoch * self.batches + self.batch) // (self.epochs * self.batches)
+
 
 class Precision(NamedTuple):
     """How a step computes: torch.autocast's arguments and a GradScaler (enabled for fp16 only)."""

@@ -2,6 +2,7 @@
 
 NOISE             -- the registry: train.py's --noise names, each a NoiseKind (its transition matrix, or its rows
                      per sample, the rates it takes, the name plots show); everything that lists the kinds reads it
+max_rate, check_rate -- the rates a kind takes with K classes: below (K - 1)/K, and its own bound (pair: 0.5)
 transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for a kind of NOISE that has a matrix
 instance_rows     -- idn: Xia et al. 2020's instance-dependent noise, each sample's row P(ỹ | x, y) from its image
 add_noise         -- draw each sample's noisy label from its row of T (or its own row), reproducibly
@@ -92,10 +93,11 @@ class NoiseKind(NamedTuple):
     """One kind of label noise, as train.py's --noise names it.
 
     title      -- its name in plots and tables ("symmetric noise")
-    matrix     -- (rate, K) -> the K x K transition matrix at a rate in (0, max_rate); None: the labels come from
+    matrix     -- (rate, K) -> the K x K transition matrix at a rate max_rate() takes; None: the labels come from
                   files, not from a matrix (human: CIFAR-N, training/cifar_n.py)
     takes_rate -- the rate is the user's (--rate, default 0.4), not fixed (none) or the files' (human)
-    max_rate   -- the rates it takes are [0, max_rate); why_max says why, where max_rate < 1
+    max_rate   -- the rates it takes are [0, max_rate), and below (K - 1)/K (max_rate()); why_max says why, where
+                  max_rate < 1
     min_classes -- the fewest classes K its matrix is defined for (a flipped label needs another class)
     rows       -- (images (N, C, H, W) uint8, labels (N,), rate, K, rng) -> (N, K): each sample's own row of
                   P(noisy label | its image, clean label), for a kind that depends on the sample (matrix None);
@@ -118,22 +120,43 @@ NOISE = {
     "idn": NoiseKind("instance-dependent", None, rows=instance_rows),
     "human": NoiseKind("human", None, takes_rate=False),
 }
+def max_rate(kind, num_classes):
+    """The rates NOISE[kind] takes with K classes are [0, max_rate): its own bound (NoiseKind.max_rate: pair's 0.5),
+    and for every kind (K - 1)/K, where a flipped label is as likely as the true one to be any given class, so that
+    the given labels no longer tell the true class apart (symmetric noise there is uniform; above it, each wrong
+    class is likelier than the true one)."""
+    return min(NOISE[kind].max_rate, (num_classes - 1) / num_classes) if num_classes > 1 else NOISE[kind].max_rate
+
+
+def check_rate(kind, rate, num_classes):
+    """ValueError, one line, where rate is not one NOISE[kind] takes with K classes (max_rate)."""
+    if not 0 <= rate < 1:
+        raise ValueError(f"noise rate must be in [0, 1), got {rate}")
+    bound = max_rate(kind, num_classes)
+    if rate >= bound and kind != "none":
+        why = NOISE[kind].why_max if bound == NOISE[kind].max_rate else (
+            f"at (K - 1)/K = {bound:g} or more the true class is no likelier than any other to be the given label, "
+            f"so the labels no longer tell it apart")
+        raise ValueError(f"{why}; use a rate below {bound:g}")
+
+
 def transition_matrix(kind, rate, num_classes):
     """The K x K noise transition matrix of NOISE[kind]; every row sums to 1. none, or r = 0: the identity.
-    Raises ValueError for a kind without a matrix, r outside [0, 1), or fewer classes than its min_classes.
+    Raises ValueError for a kind without a matrix, a rate it does not take with K classes (check_rate), or fewer
+    classes than its min_classes.
     """
     if kind not in NOISE or NOISE[kind].matrix is None:
         drawn = [k for k, n in NOISE.items() if n.matrix is not None]
         what = "has no transition matrix: each sample has its own row" if kind in NOISE and NOISE[kind].rows else \
             "is unknown"
         raise ValueError(f"noise kind '{kind}' {what}; the kinds with a matrix: {', '.join(drawn)}")
-    if not 0 <= rate < 1:
-        raise ValueError(f"noise rate must be in [0, 1), got {rate}")
     k = num_classes
     if kind == "none" or rate == 0:
+        check_rate(kind, rate, k)
         return np.eye(k)
     if k < NOISE[kind].min_classes:
         raise ValueError(f"{kind} noise needs at least {NOISE[kind].min_classes} classes, got {k}")
+    check_rate(kind, rate, k)
     return NOISE[kind].matrix(rate, k)
 
 
@@ -152,6 +175,7 @@ def add_noise(labels, kind, rate, num_classes, seed, inputs=None):
     if x is not None and x.rows is not None:
         if not 0 <= rate < 1 or num_classes < x.min_classes:
             raise ValueError(f"{kind} noise takes a rate in [0, 1) and at least {x.min_classes} classes")
+        check_rate(kind, rate, num_classes)
         if inputs is None or len(inputs) != len(y):
             raise ValueError(f"{kind} noise draws each label from its sample's input: give the {len(y)} inputs")
         if rate == 0:

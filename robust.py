@@ -179,7 +179,7 @@ def nearest_percentile(x, q):
     return x.kthvalue(n - round((n - 1) * (1 - q))).values  # the index-th largest is the (n - index)-th smallest
 
 
-def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, progress=0.0, logp=None):
+def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, percent=0, logp=None):
     """MentorNet PD (Jiang et al. 2018), the predefined curriculum that runs without clean data (the Co-teaching
     paper's MentorNet baseline): the weight v*_i of their vstar_mentornet_pd (training_mentornet/models.py), the
     function their PD MentorNet is trained to imitate, at training's percentage e = ⌊100 t/Γ⌋ (their epoch_step):
@@ -194,23 +194,21 @@ def mentornet_pd_loss(logits, labels, percentile=0.7, burn_in=0.18, progress=0.0
     function gives v, λ is a moving average of the batch percentile (decay 0.5, their flag's default) that starts at
     0, and random samples are dropped (50% in the first 17% of training, then 5%). Here v is the function itself and
     λ the batch's own percentile: a pure function of the batch. percentile 0.7 is their flag's default, the one
-    their CIFAR commands end up running (they misspell the flag that sets 0.75). progress: t/Γ, a host float or a
-    0-dim device tensor (a replayed step's). logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
+    their CIFAR commands end up running (they misspell the flag that sets 0.75). percent: e, computed from whole step
+    counts as theirs is, ⌊100 step / steps⌋ (mutual.Clock.percent), so that it agrees with theirs at every step of any
+    run (a float t/Γ lands an ulp either side of a whole percentage); a host int, or a 0-dim integer tensor on the
+    device (a replayed step's). logits: (N, K) with gradient; labels: (N,) int64. Returns a scalar.
     """
     if logp is None:
         logp = F.log_softmax(logits.float(), dim=-1)
     loss = -logp.gather(1, labels[:, None])[:, 0]  # (N,)
     diff = loss.detach() - nearest_percentile(loss.detach(), percentile)  # ℓ − λ, their loss_diff
     burn = round(100 * burn_in)
-    # e = ⌊100 t/Γ⌋, nudged by 1e-5 so that a t/Γ held in float32 (a replayed step's) that falls a rounding error
-    # short of a whole percentage gives the host's e
-    if torch.is_tensor(progress):  # a replayed step's t/Γ, on the device: chosen there, nothing read back
-        e = torch.floor(100 * progress + 1e-5)
-        v = torch.where(e >= MENTORNET_RAMP, (1 - diff / MENTORNET_GAMMA).clamp(0, 1), (diff <= 0).float())
-        v = torch.where(e <= burn, torch.ones_like(loss), v)
-    else:  # a host float: no tensor made from it each step
-        e = math.floor(100 * progress + 1e-5)
-        v = (torch.ones_like(loss) if e <= burn else (diff <= 0).float() if e < MENTORNET_RAMP else
+    if torch.is_tensor(percent):  # a replayed step's e, on the device: chosen there, nothing read back
+        v = torch.where(percent >= MENTORNET_RAMP, (1 - diff / MENTORNET_GAMMA).clamp(0, 1), (diff <= 0).float())
+        v = torch.where(percent <= burn, torch.ones_like(loss), v)
+    else:  # a host int: no tensor made from it each step
+        v = (torch.ones_like(loss) if percent <= burn else (diff <= 0).float() if percent < MENTORNET_RAMP else
              (1 - diff / MENTORNET_GAMMA).clamp(0, 1))
     return (v * loss).mean()
 

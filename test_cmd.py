@@ -10,7 +10,7 @@ from appendix_code import paper_cmd_loss
 from label_correction import (boot_soft, confidence_from_sum, confidence_penalty_loss, label_smoothing,
                               model_confidence, mylc, one_hot, proselflc, tfkd_reg_loss)
 from losses import cmd_distill, cmd_loss, entropy, kdcl_loss, log_probs, mkd_loss, t2s_kd_loss
-from noise import NOISE, add_noise, flip_rows, transition_matrix, truncated_normal
+from noise import NOISE, add_noise, flip_rows, max_rate, transition_matrix, truncated_normal
 from schedule import chi, logistic
 
 K = 10
@@ -413,6 +413,27 @@ def test_every_noise_kind_flips_about_its_rate_and_its_seed_fixes_the_flips(kind
             assert np.array_equal(add_noise(clean, kind, rate, k, seed=seed, inputs=inputs), noisy)
         assert not np.array_equal(add_noise(clean, kind, rate, k, seed=seed + 1, inputs=inputs), noisy)
     assert np.array_equal(add_noise(clean, kind, 0.0, k, seed=0, inputs=inputs), clean)
+
+
+@pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.takes_rate])
+@pytest.mark.parametrize("k", [2, 4, 10])
+def test_no_kind_draws_at_a_rate_where_a_wrong_class_is_as_likely_as_the_true_one(kind, k):
+    """Every kind drawn at a rate takes the rates below (K - 1)/K and its own bound (max_rate), and refuses the rest:
+    at (K - 1)/K symmetric noise is uniform, and above it each wrong class is likelier than the true one."""
+    if k < NOISE[kind].min_classes:
+        return
+    bound = max_rate(kind, k)
+    assert bound <= (k - 1) / k and bound <= NOISE[kind].max_rate
+    clean = np.random.default_rng(1).integers(0, k, 200)
+    inputs = images_of(200, 2)
+    for rate in (bound, (bound + 1) / 2):
+        with pytest.raises(ValueError, match=f"use a rate below {bound:g}"):
+            add_noise(clean, kind, rate, k, seed=0, inputs=inputs)
+    below = add_noise(clean, kind, bound - 0.01, k, seed=0, inputs=inputs)
+    assert (below != clean).mean() > 0  # a rate just below it is drawn
+    if NOISE[kind].matrix is not None:  # and where it is drawn, the true class is the likeliest label of its row
+        t = transition_matrix(kind, bound - 0.01, k)
+        assert (np.diag(t) > t.max(1, where=~np.eye(k, dtype=bool), initial=0)).all()
 
 
 @pytest.mark.parametrize("kind", [k for k, x in NOISE.items() if x.rows is not None])

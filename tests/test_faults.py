@@ -63,6 +63,10 @@ def snapshot(out):
     (["--arch", "cnn,vgg"], "unknown architecture 'vgg'"),
     (["--milestones", "2,2"], "--milestones 2,2: give them in increasing order"),
     (["--noise", "pair", "--rate", "0.5"], "--noise pair --rate 0.5: at 0.5 or more"),
+    (["--synthetic-classes", "10", "--noise", "sym", "--rate", "0.95"], "--noise sym --rate 0.95 on synthetic (10 "
+                                                                         "classes): at (K - 1)/K = 0.9 or more"),
+    (["--synthetic-classes", "10", "--noise", "idn", "--rate", "0.95"], "--noise idn --rate 0.95 on synthetic (10 "
+                                                                         "classes): at (K - 1)/K = 0.9 or more"),
     (["--synthetic-shift", "-1"], "--synthetic-shift -1: must be at least 0 pixels"),
     (["--pretrained"], "--pretrained loads ImageNet weights into resnet50_imagenet only"),
     (["--subset", "1"], "1 training sample after --subset and --val-split"),
@@ -399,7 +403,7 @@ def test_a_sweep_starts_fresh_runs_without_resume_and_resumes_started_ones(tmp_p
         if started:
             with open(os.path.join(job["dir"], "config.json"), "w") as f:
                 f.write("{}")
-        r = sweep.start(0, job, {})
+        r = sweep.start(0, job, {}, "train.py")
         r["log"].close()
         r["err"].close()
     assert "--resume" not in launched[0] and launched[1][-1] == "--resume"

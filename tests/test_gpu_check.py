@@ -313,12 +313,11 @@ def test_pack_reads_the_archive_and_refuses_one_that_is_not_whole(tmp_path, caps
 
 
 def test_a_copy_without_git_records_the_commit_its_caller_names(tmp_path, monkeypatch):
-    from training import rundir
-    monkeypatch.setattr(rundir, "HERE", str(tmp_path))  # a tree copied without .git, as a GPU machine gets it
-    monkeypatch.delenv("CMD_COMMIT", raising=False)
-    assert rundir._git() == {}
+    from training import source
+    monkeypatch.delenv("CMD_COMMIT", raising=False)  # tmp_path: a tree copied without .git, as a GPU machine gets it
+    assert source.git(str(tmp_path)) == {}
     monkeypatch.setenv("CMD_COMMIT", "c0ffee")
-    assert rundir._git() == dict(git_commit="c0ffee", git_dirty=None)
+    assert source.git(str(tmp_path)) == dict(git_commit="c0ffee", git_dirty=None)
 
 
 CONTROL = """#!/bin/sh

@@ -57,7 +57,7 @@ def expected_self_loss(method, z, q, y, r, progress, k):
                      "forward": lambda: robust.forward_loss(z, y, torch.tensor(transition_matrix(*method.noise, K),
                                                                                dtype=torch.float32)),
                      "mentornet": lambda: robust.mentornet_pd_loss(z, y, c.mentornet_percentile, c.mentornet_burn_in,
-                                                                   progress),
+                                                                   math.floor(100 * progress)),
                      "forward-anchor": lambda: robust.forward_loss(z, y, s["estimate"]),
                      "trevision": lambda: robust.reweight_loss(z, y, s["estimate"]),
                      "joint": lambda: robust.joint_loss(z, q, c.joint_alpha, c.joint_beta)}

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import robust
+from mutual import Clock
 
 
 def logits_of(p):
@@ -111,8 +112,8 @@ def test_mentornet_weights_the_samples_below_the_batchs_percentile():
     p_y = torch.exp(-losses)
     z = torch.stack([p_y.log(), (1 - p_y).log()], 1)  # two classes: −log p_0 = the losses
     y = torch.zeros(4, dtype=torch.long)
-    assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, progress=0.5).item() == pytest.approx(1.6 / 4, rel=1e-5)
-    assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, progress=0.1).item() == pytest.approx(3.6 / 4, rel=1e-5)
+    assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, percent=50).item() == pytest.approx(1.6 / 4, rel=1e-5)
+    assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, percent=10).item() == pytest.approx(3.6 / 4, rel=1e-5)
 
 
 def tf_percentile_nearest(x, q):
@@ -152,16 +153,39 @@ def test_mentornet_pd_is_their_curriculum_at_every_point_of_training_with_their_
     loss = F.cross_entropy(z, y, reduction="none").double().numpy()
     for p in (0.7, 0.5, 0.75):
         lam = tf_percentile_nearest(loss, p * 100)
-        for progress in [i / 400 for i in range(400)] + [0.189999, 0.19, 0.899999, 0.9]:
-            epoch = np.full(n, np.floor(100 * progress))  # their epoch_step: ⌊100 global_step / max_step⌋
+        for step in range(0, 400, 3):
+            clock = Clock(epoch=step // 20, batch=step % 20, batches=20, epochs=20, seed=0)  # 400 steps in all
+            epoch = np.full(n, 100 * step // 400)  # their epoch_step: ⌊100 global_step / max_step⌋
             want = (vstar_mentornet_pd(loss - lam, epoch) * loss).mean()
-            got = robust.mentornet_pd_loss(z, y, p, 0.18, progress=progress).item()
-            assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (p, progress)
-            on_device = robust.mentornet_pd_loss(z, y, p, 0.18, progress=torch.tensor(progress)).item()
-            assert on_device == pytest.approx(want, rel=1e-5, abs=1e-6), (p, progress)
+            got = robust.mentornet_pd_loss(z, y, p, 0.18, percent=clock.percent).item()
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (p, step)
+            on_device = robust.mentornet_pd_loss(z, y, p, 0.18, percent=torch.tensor(clock.percent)).item()
+            assert on_device == pytest.approx(want, rel=1e-5, abs=1e-6), (p, step)
     if n == 128:
         kept = (loss <= tf_percentile_nearest(loss, 70)).sum()
         assert kept == 90 and (loss <= torch.quantile(torch.tensor(loss), 0.7).item()).sum() == 89
+
+
+@pytest.mark.parametrize("step, steps, batches, e", [
+    (19_015, 100_079, 100_079, 18),  # 100 t/Γ = 18.99999: their ⌊.⌋ is 18, still burn-in
+    (29, 50, 25, 58), (29, 100, 25, 29),  # 100 t/Γ whole, which Clock.progress's float puts an ulp below (57.99...)
+    (270, 300, 30, 90), (269, 300, 30, 89),  # the ramp's first step, and the step before it
+])
+def test_mentornet_percentage_is_their_integer_step_count_where_a_float_lands_an_ulp_off(step, steps, batches, e):
+    """e = ⌊100 step / steps⌋ in whole numbers, as their epoch_step counts, at the steps where t/Γ in floating point
+    lands either side of a whole percentage (the nudge the float form needed put step 19,015 of 100,079 at 19, where
+    their burn-in still weights every sample 1: 38 of 128 weights differed there); eager and replayed alike."""
+    clock = Clock(epoch=step // batches, batch=step % batches, batches=batches, epochs=steps // batches, seed=0)
+    assert clock.percent == e and 100 * step // steps == e
+    g = torch.Generator().manual_seed(0)
+    z, y = torch.randn(128, 10, generator=g) * 3, torch.randint(0, 10, (128,), generator=g)
+    loss = F.cross_entropy(z, y, reduction="none").double().numpy()
+    want = (vstar_mentornet_pd(loss - tf_percentile_nearest(loss, 70), np.full(128, e)) * loss).mean()
+    for percent in (clock.percent, torch.tensor(clock.percent)):
+        assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, percent=percent).item() == pytest.approx(want, rel=1e-6)
+    if step == 19_015:  # burn-in: every sample counts, where e = 19 would drop those above λ
+        assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, percent=e).item() == pytest.approx(loss.mean(), rel=1e-6)
+        assert robust.mentornet_pd_loss(z, y, 0.7, 0.18, percent=e + 1).item() < loss.mean() - 0.1
 
 
 def test_cdr_keeps_the_gradient_of_the_critical_weights_scaled_and_drops_the_others():

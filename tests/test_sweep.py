@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tools import paper_tables, plot, stats, sweep
-from training import config
+from training import config, source
 from training.presets import preset
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -125,6 +125,38 @@ def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_
         assert q in table, q
 
 
+def test_a_table_of_runs_of_two_codes_is_refused_in_one_line_unless_asked_for(smoke, tmp_path, capsys):
+    """Rendering a pack whose runs ran two codes: one line that names each code and its rows, exit 2, no table; with
+    --mixed-code the table, which says under its title that it mixes them and names them."""
+    out, _ = smoke
+    raw = str(tmp_path / "runs.jsonl.gz")
+    sweep.pack(paper_tables.jobs("table1", "smoke", 2, os.path.join(out, "table1-smoke")), raw)
+    runs = sweep.read_raw(raw)
+    code = runs[0]["provenance"]["code"]
+    assert {r["provenance"]["code"] for r in runs} == {code}
+    other = [dict(r, provenance=dict(r["provenance"], code="0123456789abcdef", git_commit="f" * 40, git_dirty=False))
+             if r["name"].startswith("all-") else r for r in runs]
+    with gzip.open(raw, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in other)
+    again = ["table1", "--scale", "smoke", "--seeds", "2", "--out", str(tmp_path / "t"), "--from", raw]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        sweep.main(again)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "the runs are of 2 codes" in err and "0123456789abcdef (commit fffffff): 2 runs of all-ls-sym40" in err
+    assert f"{code}" in err and "runs of zero-ls-sym40" in err and "--mixed-code" in err
+    assert not (tmp_path / "t").exists()
+    assert sweep.main(again + ["--mixed-code"]) == 0
+    md = open(tmp_path / "t" / "table1-smoke.md").read()
+    assert "**Mixed code: these runs ran 2 codes**" in md and "0123456789abcdef" in md
+    with gzip.open(raw, "wt") as f:  # runs of before digests were recorded: a clean commit names their code
+        f.writelines(json.dumps(dict(r, provenance={k: v for k, v in r["provenance"].items() if k != "code"} |
+                                     dict(git_commit="a" * 40, git_dirty=False))) + "\n" for r in runs)
+    assert sweep.main(again) == 0
+    assert "Code: commit aaaaaaa, every run." in open(tmp_path / "t" / "table1-smoke.md").read()
+
+
 def test_a_pack_that_is_not_one_is_refused_in_one_line_and_nothing_is_written_outside_the_table(smoke, tmp_path,
                                                                                                  capsys):
     out, _ = smoke
@@ -226,8 +258,9 @@ def test_a_second_sweep_skips_every_finished_run(smoke):
 def test_a_failed_run_is_reported_and_the_rest_of_the_grid_runs(tmp_path):
     todo = paper_tables.jobs("table1", "smoke", 2, str(tmp_path / "table1-smoke"))
     assert [j["name"] for j in todo] == ["zero-ls-sym40-s0", "all-ls-sym40-s0", "zero-ls-sym40-s1", "all-ls-sym40-s1"]
-    for job, acc in zip(todo[:2], (40.0, 42.0)):  # finished before: no training needed
+    for job, acc in zip(todo[:2], (40.0, 42.0)):  # finished before, by this code: no training needed
         write(os.path.join(job["dir"], "summary.json"), {"test_acc_mean": acc, "seconds": 1.0})
+        write(os.path.join(job["dir"], "config.json"), {"provenance": {"code": source.digest()}})
     write(os.path.join(todo[1]["dir"], "sweep.json"), todo[1]["key"] + ["--epochs", "2"])  # finished, other flags
     bad = todo[2]
     write(os.path.join(bad["dir"], "config.json"), "{}")

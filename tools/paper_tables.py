@@ -438,8 +438,8 @@ def run_name(flags):
 
 def jobs(preset, scale, seeds, sweep_dir, extra=()):
     """Every (run, seed) of the preset at this scale: dicts of name, dir, train.py argv, key (the
-    flags that make the run what it is, kept in its folder as sweep.json) and after (the folder of the run it
-    reads and starts after, or None: AFTER). UserError for a preset
+    flags that make the run what it is, kept in its folder as sweep.json), after (the folder of the run it
+    reads and starts after, or None: AFTER) and col (its column's key). UserError for a preset
     of PAPER_SCALE_ONLY below paper scale."""
     if scale != "paper" and preset in PAPER_SCALE_ONLY:
         raise UserError(f"preset {preset} runs only at --scale paper: {PAPER_SCALE_ONLY[preset]}")
@@ -456,7 +456,8 @@ def jobs(preset, scale, seeds, sweep_dir, extra=()):
                     d = os.path.join(sweep_dir, name)
                     key = run_key(scale, flags, seed)
                     resolved, dep = after(t, key, col, scale, seed, sweep_dir)
-                    out.append(dict(name=name, dir=d, key=key, argv=resolved + ["--out", d, *extra], after=dep))
+                    out.append(dict(name=name, dir=d, key=key, argv=resolved + ["--out", d, *extra], after=dep,
+                                    col=col))
     return out
 
 

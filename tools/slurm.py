@@ -4,8 +4,8 @@ requeued after a preemption or at its time limit, resumed from the run's checkpo
     python -m tools.sweep table2 --scale paper --launcher slurm --slurm-partition gpu --slurm-account ACC \\
         --slurm-time 240 --wait
 
-Each job runs the train.py command line that the local launcher runs, in the same run folder, with the same
-train.log and train.err. submitit's own logs go to DIR/<preset>-<scale>/slurm/<job id>/, and the run folder
+Each job runs the train.py command line that the local launcher runs, of the code the sweep pinned (tools.sweep's
+CODE), in the same run folder, with the same train.log and train.err. submitit's own logs go to DIR/<preset>-<scale>/slurm/<job id>/, and the run folder
 keeps the job's id in slurm.json, so that a later tools.sweep (either launcher) sees the run queued or
 running and does not start it a second time, or sees why its job failed.
 
@@ -26,7 +26,7 @@ import sys
 import time
 
 from tools.paper_tables import MEAN, claim, finished_job
-from training import runfiles
+from training import runfiles, source
 from training.errors import UserError
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -114,18 +114,19 @@ class Train:
     checkpoints at every epoch's end, so the requeued one resumes after the last finished epoch. (submitit
     requeues any callable with a checkpoint method; submitit.helpers.Checkpointable is one such base.)"""
 
-    def __init__(self, argv, out):
-        self.argv, self.out, self.proc = argv, out, None
+    def __init__(self, argv, out, script=TRAIN, env=None):
+        self.argv, self.out, self.script, self.env, self.proc = argv, out, script, env or {}, None
 
     def __call__(self):
         from submitit import JobEnvironment  # in the job: submitit runs it
         preempt = getattr(signal, "SIG" + JobEnvironment.USR_SIG)
         started = os.path.exists(os.path.join(self.out, "config.json"))  # train.py refuses --resume of nothing
-        argv = [sys.executable, TRAIN, *self.argv] + (["--resume"] if started else [])
+        argv = [sys.executable, self.script, *self.argv] + (["--resume"] if started else [])
         with runfiles.open_log(os.path.join(self.out, "train.log")) as log, \
                 runfiles.open_log(os.path.join(self.out, "train.err")) as err:
             at = err.tell()
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=err, preexec_fn=lambda: leave_to_the_job(preempt))
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=err, env={**os.environ, **self.env},
+                                         preexec_fn=lambda: leave_to_the_job(preempt))
             try:
                 code = self.proc.wait()
             finally:  # also when the job itself is stopped (a cancel, a requeue): train.py keeps its checkpoint
@@ -151,7 +152,7 @@ class Train:
     def checkpoint(self):
         from submitit.helpers import DelayedSubmission  # in the job: submitit calls this
         self.stop()
-        return DelayedSubmission(Train(self.argv, self.out))
+        return DelayedSubmission(Train(self.argv, self.out, self.script, self.env))
 
 
 def leave_to_the_job(preempt):
@@ -261,7 +262,7 @@ def gpus_per_job(args, todo):
     return args.slurm_gpus if args.slurm_gpus is not None else 0 if cpu else 1
 
 
-def submit(todo, args, sweep_dir, cluster="slurm"):
+def submit(todo, args, sweep_dir, cluster="slurm", code=None):
     """Submit every run that has no summary.json and no job queued or running, as one job array; print the job
     ids. With --wait, poll until every job of the grid has ended. Returns ({name: why it failed}, {name:
     "queued" or "running"}: the runs whose job has not ended) for the table."""
@@ -282,12 +283,13 @@ def submit(todo, args, sweep_dir, cluster="slurm"):
                       f"submitting it again", flush=True)
             new.append((i, job))
     folder = os.path.join(os.path.abspath(sweep_dir), "slurm", "%j")
+    script_env = () if code is None else (os.path.join(os.path.abspath(code[0]), "train.py"), source.env(code[1]))
     if new:
         ex = executor(args, folder, cluster, os.path.basename(sweep_dir), gpus_per_job(args, todo))
         for _, job in new:
             claim(job)
         with ex.batch():  # one sbatch --array on Slurm
-            handles = [ex.submit(Train(job["argv"], job["dir"])) for _, job in new]
+            handles = [ex.submit(Train(job["argv"], job["dir"], *script_env)) for _, job in new]
         for (i, job), h in zip(new, handles):
             record = dict(job_id=h.job_id, cluster=cluster, folder=folder)
             try:

@@ -35,6 +35,7 @@ import io
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -47,15 +48,30 @@ from tools import slurm
 from tools.paper_tables import (CHECK_ONLY, KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, grid,
                                 jobs, row_label, run_key, run_name, same_run)
 from tools.stats import final, mean_std, paired
-from training import runfiles
+from training import runfiles, source
 from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
 
-TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
+CODE = "code"  # a sweep's pinned copy of the source, in its folder: every run it starts runs that code (source.pin)
+
 
 # ---------------------------------------------------------------- running
-def run_jobs(todo, gpus=0, jobs=1):
+def pin_code(sweep_dir):
+    """The code this sweep's runs run: the source as it was when the sweep started in this folder, copied there once
+    (source.pin), so that a checkout that moves on while it runs changes none of its runs. Says so where the checkout
+    has moved on since. Returns (the copy's folder, its code.json)."""
+    folder = os.path.join(sweep_dir, CODE)
+    pinned = source.pin(folder)
+    now = source.digest()
+    if pinned["code"] != now:
+        print(f"sweep.py: note: {sweep_dir}'s runs run the code it started with, {code_label(pinned)}, pinned in "
+              f"{folder}; this checkout is now code {now}: for runs of it, give another --out", flush=True)
+    return folder, pinned
+
+
+def run_jobs(todo, gpus=0, jobs=1, code=None):
     """Run the unfinished jobs, `gpus` at a time (each sees one GPU), else `jobs` at a time on the CPU (each
-    with an equal share of its cores as torch threads). Returns {name: error}."""
+    with an equal share of its cores as torch threads), each `train.py` of code (pin_code's: its folder and
+    code.json; None: this checkout's). Returns {name: error}."""
     pending, failed, running = [], {}, {}
     for i, job in enumerate(todo):
         if not finished_job(job, f"[{i + 1}/{len(todo)}] {job['name']}", failed):
@@ -65,13 +81,15 @@ def run_jobs(todo, gpus=0, jobs=1):
     else:
         threads = str(max(1, (os.cpu_count() or 1) // jobs))
         slots = {i: dict(OMP_NUM_THREADS=threads) if jobs > 1 else {} for i in range(jobs)}
+    folder, pinned = code or (source.ROOT, None)
+    slots = {i: {**env, **(source.env(pinned) if pinned else {})} for i, env in slots.items()}
     try:
         while pending or running:
             for slot in slots:
                 ready = next((p for p in pending if blocked(p[1], todo, failed) is None), None)
                 if slot not in running and ready is not None:
                     pending.remove(ready)
-                    running[slot] = start(*ready, slots[slot])
+                    running[slot] = start(*ready, slots[slot], os.path.join(folder, "train.py"))
             stuck = not running and all(blocked(job, todo, failed) for _, job in pending)  # its run is elsewhere
             for i, job in [p for p in pending if stuck or blocked(p[1], todo, failed) == "failed"]:
                 pending.remove((i, job))
@@ -116,13 +134,13 @@ def blocked(job, todo, failed):
     return "failed" if any(j["dir"] == job["after"] and j["name"] in failed for j in todo) else "waits"
 
 
-def start(i, job, env):
+def start(i, job, env, script):
     claim(job)
     log = runfiles.open_log(os.path.join(job["dir"], "train.log"))
     err = runfiles.open_log(os.path.join(job["dir"], "train.err"))
     started = os.path.exists(os.path.join(job["dir"], "config.json"))  # train.py refuses --resume of nothing
     argv = job["argv"] + (["--resume"] if started else [])
-    proc = subprocess.Popen([sys.executable, TRAIN, *argv], stdout=log, stderr=err, env={**os.environ, **env})
+    proc = subprocess.Popen([sys.executable, script, *argv], stdout=log, stderr=err, env={**os.environ, **env})
     return dict(i=i, job=job, proc=proc, log=log, err=err, err_at=err.tell(), t0=time.time())
 
 
@@ -178,6 +196,50 @@ def unpack(runs, sweep_dir):
             runfiles.write_json(d, name, obj)
         with open(os.path.join(d, "metrics.jsonl"), "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in r["rows"])
+
+
+def provenance_of(d):
+    """The provenance a run's config.json records (None where it has none)."""
+    try:
+        return runfiles.read_json(d, "config.json").get("provenance")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def code_key(provenance):
+    """The code a run ran, as its provenance names it: its digest (training/source.py); for a run made before runs
+    recorded one, its commit where the checkout was clean; else "unknown"."""
+    p = provenance or {}
+    if p.get("code"):
+        return p["code"]
+    return f"commit {p['git_commit'][:7]}" if p.get("git_commit") and p.get("git_dirty") is False else "unknown"
+
+
+def code_label(provenance):
+    """A run's code in words: its digest, and its commit where known."""
+    p, key = provenance or {}, code_key(provenance)
+    if key == "unknown":
+        return "unknown (the runs recorded no digest, and no commit of a clean checkout)"
+    commit = f"commit {p['git_commit'][:7]}{' with changes' if p.get('git_dirty') else ''}" if p.get("git_commit") else ""
+    return f"{key} ({commit})" if p.get("code") and commit else key
+
+
+def one_code(runs, mixed=False):
+    """The line under a table's title that names the code of its runs ({name: provenance}): one code. Runs of several
+    are a UserError that names each code and its rows (run names less their seed), unless mixed (--mixed-code): then
+    the line says the table mixes them, and names them alike."""
+    codes = {}
+    for name, p in sorted(runs.items()):
+        codes.setdefault(code_key(p), []).append((name, p))
+    if len(codes) <= 1:
+        return "".join(f"Code: {code_label(v[0][1])}, every run." for v in codes.values())
+    each = "; ".join(f"{code_label(v[0][1])}: {len(v)} run{'s' * (len(v) > 1)} of "
+                     f"{', '.join(sorted({re.sub(r'-s[0-9]+$', '', n) for n, _ in v}))}"
+                     for v in sorted(codes.values(), key=len, reverse=True))
+    if not mixed:
+        raise UserError(f"the runs are of {len(codes)} codes, {each}; a table shows one code: run the rows of the others "
+                        f"again with one, or pass --mixed-code for a table that says it mixes them")
+    return f"**Mixed code: these runs ran {len(codes)} codes**, {each}."
 
 
 def where(runs):
@@ -527,6 +589,9 @@ def main(argv=None, cluster="slurm"):
     p.add_argument("--gpus", type=int, default=0, help="run N at a time, run i with CUDA_VISIBLE_DEVICES=i")
     p.add_argument("--jobs", type=int, default=1, help="without --gpus: run N at a time on the CPU, each with "
                                                         "an equal share of the cores")
+    p.add_argument("--cols", metavar="KEY[,KEY]", help="run only these columns of the preset (their keys, e.g. sym40; "
+                                                        "the scale's are listed where one is unknown); the table "
+                                                        "shows the others' cells from runs already there")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
     p.add_argument("--pack", metavar="FILE", help="after the runs, every finished run's numbers into FILE (gzipped JSON "
                                                   "lines: flags, metrics, summary, provenance), to keep or share; "
@@ -536,6 +601,9 @@ def main(argv=None, cluster="slurm"):
     p.add_argument("--launcher", choices=("local", "slurm"), default="local",
                    help="local: run here (--gpus, --jobs); slurm: submit each run as a Slurm job through submitit "
                         "(--slurm-*; tools/slurm.py) (default: local)")
+    p.add_argument("--mixed-code", action="store_true",
+                   help="write the table even where its runs ran different code (each run's config.json names its "
+                        "code), saying so under its title; without it such a table is refused, naming the codes")
     slurm.add_flags(p)
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.seeds < 1 or args.gpus < 0 or args.jobs < 1:
@@ -550,6 +618,8 @@ def main(argv=None, cluster="slurm"):
                             f"{'--dry-run' if args.dry_run else '--pack'}")
         return from_raw(args, argv, sweep_dir)
     todo = jobs(args.preset, args.scale, args.seeds, sweep_dir, extra)  # bad input: one line, before any write
+    if args.cols:
+        todo = only_cols(todo, args.cols.split(","), args.preset, args.scale)
     if args.pack and not args.dry_run:
         check_pack(args.pack)
     slurm.check(args, todo, cluster)  # before check_flags imports torch
@@ -560,27 +630,34 @@ def main(argv=None, cluster="slurm"):
     if args.launcher == "local":  # a Slurm job's node has its own files
         check_data(todo, resolved)
     try:
+        code = pin_code(sweep_dir)  # every run of this folder runs the code it started with
+    except OSError as e:
+        raise UserError(f"{os.path.join(sweep_dir, CODE)}: the copy of the code the sweep's runs run cannot be written "
+                        f"({e.strerror or e}); free some space or choose another --out") from None
+    try:
         if args.launcher == "slurm":  # a run that reads another's waits for it: the same command again submits it
             later = {job["name"]: "queued" for job in todo if blocked(job, todo, {}) is not None}
             for job in todo:
                 if job["name"] in later:
                     print(f"{job['name']}: starts once {job['after']} has finished; the same command then submits it")
-            failed, waiting = slurm.submit([job for job in todo if job["name"] not in later], args, sweep_dir, cluster)
+            failed, waiting = slurm.submit([job for job in todo if job["name"] not in later], args, sweep_dir, cluster,
+                                           code)
             waiting.update(later)
         else:
             waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
-            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs)
+            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs, code)
     except runfiles.WriteError as e:  # a run's sweep.json or logs, a job's record: the runs under way have stopped
         raise kept_going(e, sweep_dir) from None  # at their checkpoints (a Slurm job goes on)
     hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \
         hardware(SCALES[args.scale] + extra, args.gpus, args.jobs)
-    trained = 0.0
+    trained, ran = 0.0, {}
     for job in todo:
-        if runfiles.state(job["dir"]) == runfiles.FINISHED:
+        if runfiles.state(job["dir"]) == runfiles.FINISHED and same_run(job["dir"], job["key"]):
             trained += runfiles.read_json(job["dir"], "summary.json").get("seconds", 0)
+            ran[job["name"]] = provenance_of(job["dir"])
     header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | {hw} | torch {version} | "
               f"wall {time.time() - t0:.0f}s this invocation, {trained:.0f}s of training in all runs | "
-              f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")
+              f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`\n\n{one_code(ran, args.mixed_code)}")
     path = sweep_dir + ".md"
     os.makedirs(args.out, exist_ok=True)
     try:
@@ -599,6 +676,16 @@ def main(argv=None, cluster="slurm"):
                                                        f"again, or with --wait, writes them in)" if waiting else "") +
           f"; table: {path}{packed}")
     return 1 if failed else 0
+
+
+def only_cols(todo, cols, preset, scale):
+    """The jobs of the columns cols (keys) alone; UserError naming the scale's columns where one is not among them."""
+    have = list(dict.fromkeys(job["col"] for job in todo))
+    unknown = [c for c in cols if c not in have]
+    if unknown:
+        raise UserError(f"--cols {','.join(cols)}: {preset} at --scale {scale} has no column {unknown[0]}; its columns "
+                        f"are {', '.join(have)}")
+    return [job for job in todo if job["col"] in cols]
 
 
 def check_pack(path):
@@ -634,7 +721,8 @@ def from_raw(args, argv, sweep_dir):
         trained = sum(r["summary"].get("seconds", 0) for r in got)
         header = (f"scale {args.scale} | seeds {args.seeds} (0..{args.seeds - 1}) | the runs of {args.raw}: "
                   f"{where(got)} | {trained:.0f}s of training in all runs | "
-                  f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`")
+                  f"`{shlex.join(['python', '-m', 'tools.sweep', *argv])}`\n\n"
+                  f"{one_code({r['name']: r.get('provenance') for r in got}, args.mixed_code)}")
         try:
             text = render(args.preset, args.scale, args.seeds, folder, header)
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import models
-from noise import NOISE, add_noise
+from noise import NOISE, add_noise, check_rate
 from training import datasets, graph, images, rundir
 from training.cifar_n import human_labels
 from training.batches import Batches, Placement, Spec
@@ -77,6 +77,11 @@ def given_labels(args, d, train, keep):
         if not isinstance(train, datasets.TensorImages):  # a folder of large images (the others: config.py)
             raise UserError(datasets.from_files(args.noise, args.dataset))
         inputs = train.images
+    try:
+        check_rate(args.noise, args.rate, d.num_classes)
+    except ValueError as e:
+        raise UserError(f"--noise {args.noise} --rate {args.rate:g} on {args.dataset} ({d.num_classes} classes): "
+                        f"{e}") from None
     try:
         return add_noise(train.labels, args.noise, args.rate, d.num_classes, seed=args.seed, inputs=inputs)
     except ValueError as e:

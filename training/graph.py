@@ -4,8 +4,8 @@ mutual_step launches some 1,500 small kernels a step for the ResNet34 pair, so t
 not the device, sets the pace. The step never waits for the device, so all of it -- both forwards, the mode's
 objective, the backward, every SGD update and the epoch's sums -- can be captured once as a CUDA graph and
 replayed with one launch. What changes from step to step reaches the replay in device tensors filled in place
-before it: the batch, Eq. 7's chi, MyLC's r (Eq. 8), ProSelfLC's t/Γ, and the lr, which the lr schedule fills
-at its milestones. What the step takes as host numbers -- the batch's shape, and for the small-loss
+before it: the batch, Eq. 7's chi, MyLC's r (Eq. 8), ProSelfLC's t/Γ (and MentorNet's ⌊100 t/Γ⌋), and the lr,
+which the lr schedule fills at its milestones. What the step takes as host numbers -- the batch's shape, and for the small-loss
 comparators R(t) and Co-teaching+'s rules (registry.Mode.rule) -- is the graph's key: a step with a new key is
 captured anew. The last, smaller batch of an epoch gets a graph of its own, so every sample trains as in the
 eager step (no drop_last).
@@ -127,6 +127,7 @@ class Replayed:
         self.how, self.step, self.method, self.device = how, step, method, device
         self.chi = None                            # float64: the eager step's Python floats, to the same
         self.progress = torch.zeros((), dtype=torch.float64, device=device)  # rounding; made on the first step
+        self.percent = torch.zeros((), dtype=torch.int64, device=device)  # ⌊100 t/Γ⌋ from step counts (Clock.percent)
         self.r = None                              # MyLC's r of each model, made on the first step
         self.clocks = {}                           # key -> the clock the replay reads
         self.graphs = {}                           # capture: batch shape -> its Graph
@@ -173,13 +174,14 @@ class Replayed:
                 for static, c in zip(self.chi, chi):
                     static.fill_(c)
         self.progress.fill_(clock.progress)
+        self.percent.fill_(clock.percent)
         if self.r is None:
             self.r = [torch.empty_like(r_k) for r_k in r]
         for static, r_k in zip(self.r, r):
             static.copy_(r_k)
         if k not in self.clocks:
             host = clock._asdict() if MODES[self.method.mode].rule or self.method.warmup else {}
-            self.clocks[k] = types.SimpleNamespace(**host, progress=self.progress)
+            self.clocks[k] = types.SimpleNamespace(**host, progress=self.progress, percent=self.percent)
         return self.clocks[k]
 
     def eager(self, batch, chi, r, clock):

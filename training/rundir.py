@@ -5,7 +5,7 @@ Run             -- one run's directory as train.main uses it: open or resume, th
                    each epoch's files, finish, where a stopped run stopped
 RunError        -- a run directory that cannot be used; its message is one line that says what to do
 check_out       -- refuse to mix two runs; on resume, load the checkpoint and check it fits the configuration
-provenance      -- what ran: device, versions, git commit, start time (config.json; not compared on resume)
+provenance      -- what ran: device, versions, the code (its digest, its git commit), start time (config.json; not compared on resume)
 load_noisy_labels -- on resume, the labels the run trained on, checked against the training set
 save_checkpoint -- models, optimisers, lr schedulers, MyLC's r, the RNG state, the time so far; atomic, every epoch
                    (none with --checkpoint none)
@@ -35,7 +35,6 @@ import platform
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from mutual import NAMES
-from training import runfiles
+from training import runfiles, source
 from training.errors import UserError
 from training.report import final_accuracies
 from training.runfiles import (append_entropy_hist, append_metrics, last_metrics, lines_of, read_json, trim_metrics,
@@ -59,7 +58,6 @@ from training.runfiles import (append_entropy_hist, append_metrics, last_metrics
 RUN_CONTROL = ("workers", "out", "resume", "log_every", "data_dir", "data_mirror", "check_images", "tensorboard",
                "provenance", "checkpoint")
 ARITHMETIC = ("device", "compile", "amp", "channels_last", "graph")
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
 class RunError(UserError):
@@ -138,14 +136,15 @@ def _same_settings(saved, config, path):
 
 
 def provenance(device, world):
-    """What this process runs on and with: start time, device, versions, and the code's git commit."""
+    """What this process runs on and with: start time, device, versions, and its code: the digest of its source
+    files and the git commit where there is one (training/source.py)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
         name = _cpu_name() + f" ({torch.get_num_threads()} threads)"
     return dict(started=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 device=device.type, device_name=name, device_count=world, python=platform.python_version(),
-                torch=str(torch.__version__), torchvision=importlib.metadata.version("torchvision"), **_git())
+                torch=str(torch.__version__), torchvision=importlib.metadata.version("torchvision"), **source.identity())
 
 
 def _cpu_name():
@@ -154,21 +153,6 @@ def _cpu_name():
             return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine() or "cpu"
-
-
-def _git():
-    """{git_commit, git_dirty} of the checkout this code is in (tracked files only). Outside one (a copy of the
-    tree without .git, as a GPU machine gets it), the commit its caller names in CMD_COMMIT, dirtiness unknown
-    (None); else {}."""
-    def git(*a):
-        return subprocess.run(["git", "-C", HERE, *a], capture_output=True, text=True, timeout=10, check=True).stdout
-    try:
-        commit = git("rev-parse", "HEAD").strip()
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
-    except (OSError, subprocess.SubprocessError):
-        given = os.environ.get("CMD_COMMIT", "").strip()
-        return dict(git_commit=given, git_dirty=None) if given else {}
-    return dict(git_commit=commit, git_dirty=dirty)
 
 
 def load_noisy_labels(out, n, num_classes):
