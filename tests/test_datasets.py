@@ -435,3 +435,38 @@ def test_a_dataset_whose_files_are_not_there_is_one_line_that_says_where_and_wri
     assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("train.py: error:"), err
     assert str(data) in err and "Traceback" not in err, err
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+def test_idn_from_stored_uint8_files_is_the_authors_draw_on_the_same_pixels(tmp_path):
+    """--noise idn on Fashion-MNIST's IDX files as stored (uint8, 0..255), through the reader and train.py's
+    given_labels: the labels equal those of the authors' get_instance_noisy_label (its loop over samples in torch
+    float32, transcribed) fed the stored pixels as their dataset_split passes them, as floats 0..255 (here each in
+    the three identical channels the reader makes), the same flip rates and projections, then one uniform draw a
+    sample, all from the run's seed. The pixels divided by 255 would change 7.6% of 2,000 samples' labels."""
+    import torch.nn.functional as F
+
+    from noise import truncated_normal
+    from training import build, config
+    n, k, seed = 2000, 10, 3
+    stored = tiny.write_idx(str(tmp_path), n_train=n, n_test=8, seed=5)["train"]
+    args = config.resolve(config.get_args(["--dataset", "fashionmnist", "--data-dir", str(tmp_path), "--arch", "mlp",
+                                           "--noise", "idn", "--rate", "0.4", "--seed", str(seed), "--device", "cpu",
+                                           "--out", str(tmp_path / "run")]))
+    d, train_set, _, keep = build.load_data(args)
+    got = build.given_labels(args, d, train_set, keep)
+    x = torch.from_numpy(np.repeat(stored[0][:, None], 3, axis=1)[keep]).float()  # (n, 3, 28, 28), 0..255
+    clean = stored[1][keep].astype(np.int64)
+    rng = np.random.default_rng(seed)
+    flip_rate = truncated_normal(rng, 0.4, 0.1, len(clean))
+    W = torch.from_numpy(rng.standard_normal((k, x[0].numel(), k), dtype=np.float32))
+    P = []
+    for i, (x_i, y_i) in enumerate(zip(x, clean)):
+        A = x_i.view(1, -1).mm(W[y_i]).squeeze(0)
+        A[y_i] = -float("inf")
+        A = flip_rate[i] * F.softmax(A, dim=0)
+        A[y_i] += 1 - flip_rate[i]
+        P.append(A)
+    u = rng.random(len(clean))
+    want = np.minimum((u[:, None] >= np.cumsum(torch.stack(P).double().numpy(), 1)).sum(1), k - 1)
+    assert len(got) == n and 0.3 < (want != clean).mean() < 0.5
+    assert np.array_equal(got, want)

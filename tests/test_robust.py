@@ -200,6 +200,42 @@ def test_cdr_keeps_the_gradient_of_the_critical_weights_scaled_and_drops_the_oth
     assert torch.equal(net.bias.grad, torch.tensor([5.0, 6.0]))  # a bias keeps its whole gradient
 
 
+def cdr_train_one_step_mask(net, nonzero_ratio, clip):
+    """The masking of CDR's train_one_step (xiaoboxia/CDR, main.py), transcribed: every parameter of dim 2 or 4 (a
+    linear layer's weights, a conv layer's kernels) enters one ranking of |θ g|; the threshold is the nz-th largest
+    (torch.topk), nz = int(ratio x their count); those at or above it keep their gradient times clip, the rest lose it.
+    On the net's .grad in place, after backward and before the optimiser's step."""
+    chosen = [p for _, p in net.named_parameters() if p.dim() in (2, 4)]
+    metric = torch.cat([(p.grad.data.view(-1) * p.data.view(-1)).abs() for p in chosen])
+    thresh = torch.topk(metric, int(nonzero_ratio * metric.numel()))[0][-1]
+    for p in chosen:
+        p.grad.data = ((p.data * p.grad.data).abs() >= thresh).float() * clip * p.grad.data
+
+
+def test_cdr_masks_a_conv_nets_kernels_as_their_code_does():
+    """On a cnn, whose conv kernels are 4-D: cdr_mask_ leaves every gradient as their train_one_step's mask does, for
+    the kernels too (keep = 1 − τ, their nonzero_ratio and clip alike); a rule on 2-D weights alone would leave tens
+    of thousands of conv gradients unmasked."""
+    import models
+
+    def backward():  # a cnn with its gradients of one batch, the same each call
+        torch.manual_seed(0)
+        net = models.build_model("cnn", 10)
+        x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+        F.cross_entropy(net(x), y).backward()
+        return net
+    assert any(p.dim() == 4 for p in backward().parameters())  # a conv net: what the mlp tests cannot see
+    for keep in (0.25, 0.6):
+        ours, oracle = backward(), backward()
+        robust.cdr_mask_(ours.parameters(), keep)
+        cdr_train_one_step_mask(oracle, keep, keep)
+        for (name, p), q in zip(ours.named_parameters(), oracle.parameters()):
+            assert torch.equal(p.grad, q.grad), (keep, name)
+        conv = [p for p in ours.parameters() if p.dim() == 4]
+        dropped = sum(int((p.grad == 0).sum()) for p in conv)
+        assert dropped > 0.2 * sum(p.numel() for p in conv)  # the kernels are masked, not only the linear layers
+
+
 # ---------------------------------------------------------------- in the harness
 
 def test_a_warm_up_trains_plain_ce_then_the_label_correction(tmp_path):
@@ -563,6 +599,32 @@ def test_the_revision_learns_each_slack_by_adam_and_resumes_equal(tmp_path, caps
     monkeypatch.undo()
     train.main(command_in(line))
     assert_same_run(str(out), str(full))
+
+
+LONG_REVISION = STAGED[:STAGED.index("--epochs")] + ["--epochs", "5"] + STAGED[STAGED.index("--epochs") + 2:] + [
+    "--lc", "trevision", "--trevision-revise", "3"]
+
+
+def test_a_revision_resumes_equal_from_every_epoch(tmp_path, capsys, monkeypatch):
+    """Epochs 3-5 of 5 revise, by Adam over each model and its slack: a run stopped after any of epochs 1-4 (before the
+    revision, as it begins, and twice within it) resumes to the uninterrupted run bit for bit, so the epoch from which
+    a resumed run restores the stage's optimiser is the one where the stage brought it, neither one sooner nor later."""
+    import train
+    from test_stops import FullDisk, assert_same_run, command_in, one_line
+
+    from training import runfiles
+    full = tmp_path / "full"
+    train.main(LONG_REVISION + ["--out", str(full)])
+    for after in (2, 3, 4, 5):  # metrics.jsonl's line `after` fails: the checkpoint holds epoch after - 1
+        out = tmp_path / f"stopped-{after}"
+        monkeypatch.setattr(runfiles, "open", FullDisk("metrics.jsonl", after=after), raising=False)
+        with pytest.raises(SystemExit):
+            train.main(LONG_REVISION + ["--out", str(out)])
+        line = one_line(capsys.readouterr().err)
+        assert f"checkpoint.pt holds epoch {after - 1}" in line, line
+        monkeypatch.undo()
+        train.main(command_in(line))
+        assert_same_run(str(out), str(full))
 
 
 @pytest.mark.parametrize("flags,message", [
