@@ -3,7 +3,7 @@
 entropy            -- H(p) = -sum_k p_k ln p_k, the confidence measure of §3.1
 log_probs          -- log p and H(p) from logits, computed once and shared
 soft_cross_entropy -- H(q, p) per sample, for soft targets q
-kl_divergence      -- KL(p || q) per sample, for Eqs. 1-2, KDCL and JoCoR
+kl_divergence      -- KL(p || q) per sample, for Eqs. 1-2 (and the comparison's KDCL and JoCoR, lab/)
 cmd_distill        -- Eqs. 3-4, the form that trains: from log-probabilities and entropies
                       the training step (mutual.py) has already computed
 cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your own loop;
@@ -11,8 +11,6 @@ cmd_loss           -- Eqs. 3-4 from logits: the same function, to copy into your
 t2s_kd_loss        -- Eq. 1: teacher-to-student KD
 mkd_loss           -- Eq. 2: Deep Mutual Learning (Zhang et al. 2018), all knowledge, KL form
 dml_loss           -- Eq. 2 for a cohort of M >= 2 models (DML's own form)
-kdcl_loss          -- KDCL-MinLogit (Guo et al. 2020), the ensemble-teacher baseline of Table 4
-kdcl_cohort_loss   -- KDCL for M >= 2 students
 Objective          -- what a training mode's objective returns (mutual.OBJECTIVES)
 
 The appendix's own code (CMDWithLoss) is transcribed in appendix_code.py, as a
@@ -23,7 +21,6 @@ comes from the peer, so a distillation term only ever trains the student side.
 All entropies and log-probabilities are in nats and computed in float32, also
 under bf16/fp16 autocast.
 """
-import functools
 from typing import NamedTuple
 
 import torch
@@ -136,7 +133,7 @@ def cmd_loss(logits_a, logits_b, q_a, q_b, chi):
 def kl_divergence(logp_p, logp_q):
     """KL(p || q) = sum_k p_k (log p_k - log q_k) per row. logp_*: (N, K) log-probabilities -> (N,).
 
-    Gradient flows into both sides (JoCoR's joint loss needs that, baselines.py); a teacher passes its
+    Gradient flows into both sides (JoCoR's joint loss needs that, lab/methods/jocor.py); a teacher passes its
     log-probabilities detached.
     """
     return (logp_p.exp() * (logp_p - logp_q)).sum(-1)
@@ -173,37 +170,6 @@ def dml_loss(logits, q, eps=0.5):
     """
     m = len(logits)
     return [sum(t2s_kd_loss(logits[k], logits[j], q, eps) for j in range(m) if j != k) / (m - 1) for k in range(m)]
-
-
-def kdcl_loss(logits_a, logits_b, labels, T=2.0, lam=1.0):
-    """KDCL (Guo et al. 2020), MinLogit ensemble teacher, for Table 4.
-
-    Each student i minimises CE(z_i, y) + lam * T^2 * KL(p_t || softmax(z_i / T)).
-    MinLogit teacher: z_t[c] = min_i (z_i[c] - z_i[y]), the per-class minimum of the
-    students' logits after each is shifted so its given-label logit is 0;
-    p_t = softmax(z_t / T) is a constant. We use MinLogit because it needs no
-    held-out data (the Linear variant does) and T = 2, lam = 1 as defaults; no public
-    KDCL code was found to compare with.
-    logits_*: (N, K); labels: (N,) int64. Returns (loss_a, loss_b).
-    """
-    return tuple(kdcl_cohort_loss([logits_a, logits_b], labels, T, lam))
-
-
-def kdcl_cohort_loss(logits, labels, T=2.0, lam=1.0):
-    """KDCL for M >= 2 students (KDCL trains any number): the MinLogit teacher takes the minimum over all.
-
-    logits: list of M (N, K). Returns a list of M scalars. M = 2 is kdcl_loss.
-    """
-    zs = [z.float() for z in logits]
-    with torch.no_grad():
-        y = labels[:, None]
-        z_t = functools.reduce(torch.minimum, [z - z.gather(1, y) for z in zs])  # (N, K)
-        logp_t = F.log_softmax(z_t / T, dim=-1)
-    losses = []
-    for z in zs:
-        kl = kl_divergence(logp_t, F.log_softmax(z / T, dim=-1)).mean()  # logp_t: no gradient
-        losses.append(F.cross_entropy(z, labels) + lam * T * T * kl)
-    return losses
 
 
 class Objective(NamedTuple):

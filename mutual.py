@@ -14,16 +14,19 @@ targets          -- q~, one model's own target (label_correction.py)
 self_loss        -- L_selfKD of Eqs. 5-6 for one model
 cohort_objective, peer_mean_objective -- beyond the pair: Eqs. 3-6 for a cohort of M > 2 models (--peers);
                     the controls --select shuffled (cohort_objective) and --peer-weight mean
+mkd_objective    -- Eq. 2 for the pair or a cohort: Deep Mutual Learning, the all-knowledge baseline of Table 4
 mutual_step      -- one training step: forward, the run's objective (objective_for), backward, the sums
 Clock            -- where training is: the epoch, the batch, the batches per epoch, Γ, the seed
 step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's diagnostics
 shuffle_draws    -- the random draws of the shuffled-selection control
 Method           -- the paper's hyperparameters (and the controls'): the one source of their defaults and flags
-Comparators      -- the settings of the methods CMD is compared with, each declared by its registry entry
+Comparators      -- the settings the modes declare (registry.Mode.settings): MKD's ε, and those of the modes registered
+                    beyond the paper
 knobs_read       -- the fields of Method and Comparators a run of a mode and a label correction reads
-MODES            -- the registry of training modes: each a registry.Mode (its objective, Eq. 7's (eta, b) for the
-                    knowledge modes, the name plots show), the paper's four and the comparators' (baselines.MODES);
-                    THRESHOLDS, CMD_MODES, ALIASES read it
+MODES, register  -- the registry of training modes: each a registry.Mode (its objective, Eq. 7's (eta, b) for the
+                    knowledge modes, the name plots show): the paper's four and MKD, and those another program
+                    registers (python lab/train.py: the methods CMD is compared with); THRESHOLDS, CMD_MODES, ALIASES
+                    read it
 LCS              -- the label corrections' names (label_correction.LABEL_CORRECTIONS is their registry)
 OBJECTIVES, objective_for -- every objective, and the one a run trains by
 
@@ -39,11 +42,10 @@ from typing import NamedTuple
 
 import torch
 
-import baselines
 import schedule
 from label_correction import LABEL_CORRECTIONS, one_hot
-from losses import Objective, cmd_distill, log_probs, peer_mean, soft_cross_entropy
-from registry import Mode, knob, like_ce, relabels, stage_inputs, unit
+from losses import Objective, cmd_distill, dml_loss, log_probs, peer_mean, soft_cross_entropy
+from registry import Mode, knob, unit
 
 
 def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
@@ -51,64 +53,50 @@ def cmd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
 
     z: the two models' (N, K) logits, z[0] of A and z[1] of B; y: (N,) given labels; chi: Eq. 7 now, each
     model's (Method.chis_at: a pair of floats, or a (2,) tensor), or one float or 0-dim tensor for both; r:
-    MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws is unused
-    (one signature for every objective), rows passed on (given_rows). Returns Objective([L_A, L_B],
-    taught, [q~_A, q~_B], [H(p_A), H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3), taught[0, 1] mirrored.
+    MyLC's confidence of A and of B (Eq. 8), 0-dim tensors; clock: a Clock (ProSelfLC's t/Γ). draws and rows are
+    unused (one signature for every objective). Returns Objective([L_A, L_B], taught, [q~_A, q~_B], [H(p_A),
+    H(p_B)]), taught[1, 0] the samples where B taught A (Eq. 3), taught[0, 1] mirrored.
     """
     (logp_a, h_a), (logp_b, h_b) = log_probs(z[0]), log_probs(z[1])  # (N, K) float32 log p, (N,) H(p) without grad
-    q = given_rows(y, z[0].shape[-1], 2, method, rows)                 # 2 x (N, K) the given labels
-    q_a = targets(method, q[0], logp_a.detach().exp(), h_a, r[0], clock)  # q~_A, no gradient
-    q_b = targets(method, q[1], logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
+    q = one_hot(y, z[0].shape[-1])                                     # (N, K) the given labels
+    q_a = targets(method, q, logp_a.detach().exp(), h_a, r[0], clock)  # q~_A, no gradient
+    q_b = targets(method, q, logp_b.detach().exp(), h_b, r[1], clock)  # q~_B
     chi = per_model(chi, 2)
     loss_b2a, loss_a2b, b_taught_a, a_taught_b = cmd_distill(logp_a, logp_b, q_a, q_b, h_a, h_b, (chi[0], chi[1]))
-    loss_a = self_loss(method, z[0], logp_a, q[0], q_a, y, clock, 0, rows) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
-    loss_b = self_loss(method, z[1], logp_b, q[1], q_b, y, clock, 1, rows) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
+    loss_a = self_loss(method, z[0], logp_a, q, q_a, y, clock) + loss_b2a  # Eq. 5: L_A = L_selfKD(A) + L_B2A
+    loss_b = self_loss(method, z[1], logp_b, q, q_b, y, clock) + loss_a2b  # Eq. 6: L_B = L_selfKD(B) + L_A2B
     return Objective([loss_a, loss_b], {(1, 0): b_taught_a, (0, 1): a_taught_b}, [q_a, q_b], [h_a, h_b])
-
-
-def given_rows(y, k, m, method, rows=None):
-    """Each of m models' given labels (N, K): the one-hot of y (N,), or each model's own, the batch's rows (M, N, K),
-    where they are given labels (registry.relabels)."""
-    if rows is None or not relabels(LABEL_CORRECTIONS[method.lc]):
-        return [one_hot(y, k)] * m
-    return list(rows.unbind(0))
-
-
-def correction(method, clock):
-    """The label correction of this step: the run's (--lc), or CE in its first method.warmup epochs (a warm-up)."""
-    return LABEL_CORRECTIONS["ce" if method.warmup and clock.epoch < method.warmup else method.lc]
 
 
 def targets(method, q, p, h, r, clock):
     """q~ of one model (appendix, "Label Correction"): its label correction's (label_correction.LABEL_CORRECTIONS).
     q, p: (N, K); h: (N,) H(p); r: MyLC's r (Eq. 8); clock: a Clock (ProSelfLC's t/Γ). A correction that is a loss
-    (CP, ...) has no target: its model distils the given label q.
+    (CP) has no target: its model distils the given label q.
     """
-    target = correction(method, clock).target
+    target = LABEL_CORRECTIONS[method.lc].target
     return q if target is None else target(q, p, h, r, clock.progress, method)
 
 
-def self_loss(method, logits, logp, q, q_tilde, y, clock, k, rows=None):
+def self_loss(method, logits, logp, q, q_tilde, y, clock):
     """L_selfKD of Eqs. 5-6 for one model, a scalar: H(q~, p) averaged over the batch, or the label correction's
-    own loss (CP, ...). logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels; q_tilde:
-    (N, K) the model's own target; y: (N,) given labels as integers; clock: a Clock; k, rows: for stage_inputs.
+    own loss (CP). logits: (N, K); logp: (N, K) its float32 log_softmax; q: (N, K) given labels; q_tilde: (N, K) the
+    model's own target; y: (N,) given labels as integers; clock: a Clock.
     """
-    c = correction(method, clock)
-    if c.loss is None:
+    loss = LABEL_CORRECTIONS[method.lc].loss
+    if loss is None:
         return soft_cross_entropy(q_tilde, logp).mean()
-    return c.loss(logits, logp, q, y, method, clock, stage_inputs(LABEL_CORRECTIONS[method.lc], method, k, rows))
+    return loss(logits, logp, q, y, method, clock)
 
 
 # ---------------------------------------------------------------- beyond the pair: a cohort, the two controls
 
-def own_targets(z, y, method, r, clock, rows=None):
+def own_targets(z, y, method, r, clock):
     """What each of M models computes of its own before any distillation, as cmd_objective does for A and B:
-    log p (M x (N, K), float32, with gradient), H(p) (M x (N,), without), the given labels q (M x (N, K);
-    given_rows) and q~ (M x (N, K), without gradient)."""
+    log p (M x (N, K), float32, with gradient), H(p) (M x (N,), without), the given labels q (N, K) and q~ (M x
+    (N, K), without gradient)."""
     logp, h = zip(*(log_probs(z_k) for z_k in z))
-    q = given_rows(y, z[0].shape[-1], len(z), method, rows)
-    q_tilde = [targets(method, q_k, logp_k.detach().exp(), h_k, r_k, clock)
-               for q_k, logp_k, h_k, r_k in zip(q, logp, h, r)]
+    q = one_hot(y, z[0].shape[-1])
+    q_tilde = [targets(method, q, logp_k.detach().exp(), h_k, r_k, clock) for logp_k, h_k, r_k in zip(logp, h, r)]
     return list(logp), list(h), q, q_tilde
 
 
@@ -118,7 +106,7 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     With draws (shuffle_draws', (pairs, 2, N)), the shuffled-selection control (--select shuffled): each pair's
     count of confident samples at random positions (losses.cmd_distill). Arguments, result: cmd_objective's."""
     m = len(z)
-    logp, h, q, q_tilde = own_targets(z, y, method, r, clock, rows)
+    logp, h, q, q_tilde = own_targets(z, y, method, r, clock)
     chi = per_model(chi, m)
     taught, distilled = {}, [[] for _ in range(m)]   # taught[j, k]: (N,) 0/1 where j taught k; distilled[k]: L_j2k
     for i, (a, b) in enumerate(itertools.combinations(range(m), 2)):
@@ -126,8 +114,7 @@ def cohort_objective(z, y, method, chi, r, clock, draws=None, rows=None):
             logp[a], logp[b], q_tilde[a], q_tilde[b], h[a], h[b], (chi[a], chi[b]), None if draws is None else draws[i])
         distilled[a].append(loss_b2a)
         distilled[b].append(loss_a2b)
-    losses = [self_loss(method, z[k], logp[k], q[k], q_tilde[k], y, clock, k, rows) + mean(distilled[k])
-              for k in range(m)]
+    losses = [self_loss(method, z[k], logp[k], q, q_tilde[k], y, clock) + mean(distilled[k]) for k in range(m)]
     return Objective(losses, taught, q_tilde, h)
 
 
@@ -136,13 +123,28 @@ def peer_mean_objective(z, y, method, chi, r, clock, draws=None, rows=None):
     L_A's term is the mean of H(q~_A, p_A) and H(q~_B, p_A), not their sum, so distilling moves a sample's
     target, never its weight (losses.peer_mean); B mirrored. With draws (--select shuffled too), the taught
     samples are shuffled as in cohort_objective. Arguments, result: cmd_objective's."""
-    logp, h, _, q_tilde = own_targets(z, y, method, r, clock, rows)
+    logp, h, _, q_tilde = own_targets(z, y, method, r, clock)
     chi = per_model(chi, 2)
     _, _, b_taught_a, a_taught_b = cmd_distill(*logp, *q_tilde, *h, (chi[0], chi[1]), None if draws is None else draws[0])
     taught = {(1, 0): b_taught_a, (0, 1): a_taught_b}
     losses = [peer_mean(soft_cross_entropy(q_tilde[k], logp[k]), soft_cross_entropy(q_tilde[1 - k], logp[k]),
                         taught[1 - k, k]) for k in range(2)]
     return Objective(losses, taught, q_tilde, h)
+
+
+def all_knowledge(z, losses):
+    """The Objective of an all-knowledge baseline: every model taught every sample by every peer, q_tilde its
+    predictions, h their entropies."""
+    m = len(z)
+    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
+    taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
+    return Objective(losses, taught, [logp_k.detach().exp() for logp_k in logp], list(h))
+
+
+def mkd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
+    """Table 4's MKD: every model learns all of its peers' predictions by Deep Mutual Learning's loss (Eq. 2), on the
+    given labels. chi, r, clock, draws and rows are unused (one signature for every objective)."""
+    return all_knowledge(z, dml_loss(z, one_hot(y, z[0].shape[-1]), method.comparators.mkd_eps))
 
 
 def per_model(chi, m):
@@ -202,7 +204,8 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     """One training step of A and B (nets[0], nets[1]; or of a cohort): forward, the run's objective, backward.
 
     nets, opts: the models and their optimisers. batch: (x, y, y_clean, *rows) as Batches gives it, y the given
-    labels and y_clean the clean ones (the given ones when unknown), used only for the sums. chi: Eq. 7 now, each
+    labels and y_clean the clean ones (the given ones when unknown), used only for the sums; rows: the per-sample rows
+    a mode beyond the paper keeps, where it keeps any, passed on to its objective. chi: Eq. 7 now, each
     model's; r: MyLC's confidence of each model (0-dim device tensors); clock: a Clock; precision: a Precision.
     Returns (sums, hist): a tensor of the sums named by sum_names(len(nets)), and the (M, 2, ENTROPY_BINS)
     entropy_histogram of the M models. Nothing here waits for the device unless the GradScaler is
@@ -218,7 +221,6 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
     for o in opts:
         o.zero_grad(set_to_none=True)
     precision.scaler.scale(total).backward()
-    correction(method, clock).grad_rule(nets, method)  # a rule on the gradients before the step: none but CDR's
     for o in opts:
         precision.scaler.step(o)
     precision.scaler.update()
@@ -292,14 +294,16 @@ def entropy_histogram(h, noisy, num_classes, bins=ENTROPY_BINS):
 # Table 1's "All" column. zero: eta = inf gives chi = 0. The four are the pair of Eqs. 3-6 and differ only in chi.
 # The controls of the selection (--select, --peer-weight) change what the modes that teach read: zero knowledge
 # teaches nothing, and all knowledge teaches every sample, so that shuffling where it teaches changes nothing.
-# The comparators' modes (Table 4's MKD and KDCL, the small-loss methods of Table 3) are baselines.py's.
+# MKD is Eq. 2, the paper's all-knowledge baseline of Table 4, in its KL form. The methods CMD is compared with are
+# modes of the lab (lab/methods/), which python lab/train.py registers here (register).
 CONTROLS = ("select", "peer_weight")
 MODES = {
     "zero": Mode("Zero knowledge", cmd_objective, (math.inf, 0.0)),
     "all": Mode("All knowledge", cmd_objective, (1.0, 0.0), knobs=("peer_weight",)),
     "static": Mode("CMD-S", cmd_objective, (4.0, 0.0), tunable=True, aliases=("cmd-s",), knobs=CONTROLS),
     "progressive": Mode("CMD-P", cmd_objective, (4.0, -5.0), tunable=True, aliases=("cmd-p",), knobs=CONTROLS),
-    **baselines.MODES,
+    "mkd": Mode("MKD (Eq. 2)", mkd_objective, settings=dict(
+        mkd_eps=knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]")))),
 }
 THRESHOLDS = {m: x.thresholds for m, x in MODES.items() if x.thresholds is not None}
 CMD_MODES = tuple(THRESHOLDS)  # the modes of Eqs. 3-7, where --select and --peer-weight apply
@@ -311,40 +315,61 @@ SELECTS, PEER_WEIGHTS = ("confident", "shuffled"), ("sum", "mean")
 def knobs_read(mode, lc):
     """The names of the fields of Method and Comparators that a run of this mode and label correction reads: the
     mode and lc themselves, η and b where the mode's are tunable, the mode's knobs and settings and, where it has a
-    threshold (it trains on q~), its label correction's (registry.Mode, registry.Correction), and --warmup where the
-    correction's step differs from CE's (registry.like_ce: a correction that only relabels between epochs does not)."""
+    threshold (it trains on q~), its label correction's (registry.Mode, registry.Correction)."""
     x, c = MODES[mode], LABEL_CORRECTIONS[lc]
-    own = (*c.knobs, *c.settings, *(() if like_ce(c) else ("warmup",))) if x.thresholds is not None else ()
     controls = () if c.loss is None else ("peer_weight",)  # a mean of two cross-entropies with targets: q~ only
-    return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *own,
+    return {"mode", "lc", *(("eta", "b") if x.tunable else ()), *(c.knobs if x.thresholds is not None else ()),
             *(k for k in (*x.knobs, *x.settings) if k not in controls)}
 
 
 def comparators():
-    """The Comparators class: one field for each setting an entry of MODES or LABEL_CORRECTIONS declares."""
-    fields = [(name, float if f.default is None else type(f.default), f) for entry in (*MODES.values(),
-              *LABEL_CORRECTIONS.values()) for name, f in entry.settings.items()]
-    cls = make_dataclass("Comparators", fields, frozen=True)
+    """The Comparators class of the modes registered now (mutual.Comparators): one field for each setting an entry of
+    MODES declares, the first entry to declare a name giving its default and help."""
+    return _comparators(tuple(MODES))
+
+
+@functools.cache
+def _comparators(modes):
+    declared = {}
+    for entry in (MODES[m] for m in modes):
+        for name, f in entry.settings.items():
+            declared.setdefault(name, f)
+    kind = lambda f: f.metadata.get("kind") or (float if f.default is None else type(f.default))  # noqa: E731
+    cls = make_dataclass("Comparators", [(name, kind(f), f) for name, f in declared.items()], frozen=True)
     cls.__module__ = __name__
-    cls.__doc__ = ("The settings of the methods CMD is compared with, each declared by its registry entry "
-                   "(registry.Mode.settings, registry.Correction.settings) and held by Method.comparators; each field "
-                   "is also train.py's flag of the same name, with its default and help.")
+    cls.__doc__ = ("The settings the modes declare (registry.Mode.settings), held by Method.comparators: MKD's, and "
+                   "those of the modes registered beyond the paper; each field is also train.py's flag of the same "
+                   "name, with its default and help.")
     return cls
 
 
-Comparators = comparators()
+def __getattr__(name):  # mutual.Comparators: the class of the modes registered now
+    if name == "Comparators":
+        return comparators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def register(modes):
+    """Add modes beyond the paper's to MODES (the lab's methods, lab/__init__.py: python lab/train.py), each a
+    registry.Mode that trains on the given labels, whose settings become fields of Comparators and train.py's flags.
+    The reference registers none."""
+    knowledge = [m for m, x in modes.items() if x.thresholds is not None]
+    if knowledge:
+        raise ValueError(f"a registered mode trains on the given labels (thresholds None): {', '.join(knowledge)}")
+    MODES.update(modes)
+    ALIASES.update({a: m for m, x in modes.items() for a in x.aliases})
 
 
 @dataclass(frozen=True)
 class Method:
     """What the paper's method is made of, and the two controls of its selection; train.py builds one from its
-    flags. Defaults: CMD-P + MyLC. Each field down to mylc_rho, and warmup, is also train.py's flag of the same name
-    (--ls-eps for ls_eps), with this default and help.
+    flags. Defaults: CMD-P + MyLC. Each field down to mylc_rho is also train.py's flag of the same name (--ls-eps for
+    ls_eps), with this default and help.
     """
     mode: str = knob("progressive", "knowledge selection: zero (η=inf), all (η=1), static = CMD-S (η=4, b=0), "
-                                    "progressive = CMD-P (η=4, b=-5); the comparators (baselines.py, on the given "
-                                    "labels): " + ", ".join(f"{k} = {x.title}" for k, x in baselines.MODES.items()) +
-                     ". The papers' names " + ", ".join(ALIASES) + " are accepted, in any case")
+                                    "progressive = CMD-P (η=4, b=-5); mkd = Eq. 2 on the given labels (Table 4). The "
+                                    "papers' names " + ", ".join(ALIASES) + " are accepted, in any case (python "
+                                    "lab/train.py adds the methods CMD is compared with)")
     lc: str = knob("mylc", "self label correction q~ of each model")
     eta: float | None = knob(THRESHOLDS["progressive"][0], "η in Eq. 7, χ = H(u)/η 2s(t/Γ - 0.5, b); inf or < 0: zero "
                                                        "knowledge, (0, 1] with b = 0: all")
@@ -365,12 +390,10 @@ class Method:
     proselflc_transit: float = knob(0.3, "ProSelfLC transit point, a fraction of Γ", (math.isfinite, "a finite number"))
     mylc_b1: float = knob(10.0, "MyLC b₁ in ε = s(r - ρ, b₁) l(p), r from Eq. 8", (math.isfinite, "a finite number"))
     mylc_rho: float = knob(0.5, "MyLC ρ in ε = s(r - ρ, b₁) l(p) (the paper: 0.5)", (math.isfinite, "a finite number"))
-    # ---- for the comparators: a warm-up, their settings, the noise their T reads, what their stages made
-    warmup: int = knob(0, "epochs of plain CE (the given labels) before --lc's target or loss applies",
-                       (lambda v: v >= 0, "at least 0"))
-    comparators: Comparators = field(default_factory=Comparators)
-    noise: tuple | None = None  # (kind, rate) of synthetic noise, or None; not a flag: --noise and --rate set it
-    state: dict | None = None  # what a correction's stages have made (training/stages.py); not a flag
+    # ---- what the modes' own settings, and the modes beyond the paper, read (none is a flag of its own)
+    comparators: object = field(default_factory=lambda: comparators()())  # Comparators: the modes' settings
+    noise: tuple | None = None  # (kind, rate) of synthetic noise, or None: --noise and --rate set it
+    state: dict | None = None  # what a mode has made between epochs (registry.Mode.between), which a checkpoint keeps
 
     def chi_at(self, t, total, num_classes):
         """χ, Eq. 7 (schedule.chi), at t epochs (fractional) of Γ = total with this method's η and b; None for a

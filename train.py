@@ -4,9 +4,10 @@
 
 main reads top to bottom: the settings, the data and its noisy labels, models A and B,
 the epochs of the step with χ, the report. The method itself (each model's target,
-Eqs. 3-6, the step) is mutual.py; χ is Eq. 7 (schedule.py); what a label correction
-learns between epochs, training/stages.py; what a run writes into --out and how it
-resumes, training/rundir.py; the progress line, training/progress.py.
+Eqs. 3-6, the step) is mutual.py; χ is Eq. 7 (schedule.py); what a run writes into
+--out and how it resumes, training/rundir.py; the progress line, training/progress.py.
+The methods CMD is compared with run through python lab/train.py (lab/), whose modes
+may act between epochs (registry.Mode.between).
 
 Every input is checked before the first file is written. A run stopped by Ctrl-C, SIGTERM, a
 NaN loss, an unreadable image or a full disk says so in one line and keeps its last checkpoint;
@@ -15,23 +16,12 @@ the line names the command that resumes it.
 Multi-GPU: torchrun --nproc_per_node=N train.py ... shards every batch over the
 ranks with DistributedDataParallel (NCCL on CUDA, gloo on CPU).
 """
-import os
 import signal
 import sys
 
-EARLY = "stopped by Ctrl-C before training started; run the command again to start"
-
-
-def stopped_early(signum, frame):  # os._exit: a SystemExit raised inside an import can be caught there, and lost
-    print(f"train.py: {EARLY.replace('Ctrl-C', 'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C')}", file=sys.stderr,
-          flush=True)
-    os._exit(128 + signum)
-
-
 if __name__ == "__main__":  # a Ctrl-C or SIGTERM while torch is being imported stops as quietly as one later
-    signal.signal(signal.SIGINT, stopped_early)
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored under tools/slurm.py: it stays so
-        signal.signal(signal.SIGTERM, stopped_early)
+    from training.errors import stop_early
+    stop_early("train.py")
 
 import time
 import warnings
@@ -41,12 +31,12 @@ import torch
 import torch.distributed as dist
 
 from label_correction import confidence_from_sum
-from mutual import ENTROPY_BINS, NAMES, Clock, Method, Precision, mutual_step, sum_names
-from training import datasets, graph, rundir, runfiles, stages
+from mutual import ENTROPY_BINS, MODES, NAMES, Clock, Method, Precision, mutual_step, sum_names
+from training import datasets, graph, rundir, runfiles
 from training.batches import Batches
 from training.build import Setup, batch_args, build_models, data_and_labels, eval_batches, weights_meta
 from training.config import settings
-from training.errors import UserError, exit_code, named, one_line, say, stop_on_sigterm, stopped_by
+from training.errors import EARLY, UserError, exit_code, named, one_line, say, stop_on_sigterm, stopped_by
 from training.progress import Display, Progress
 from training.ranks import Ranks
 from training.report import add_scalars, chi_keys, epoch_line, epoch_row, evaluate, tensorboard
@@ -67,11 +57,13 @@ def main(argv=None):
         if run.finished:
             setup.log(f"{args.out} is finished ({args.epochs} epochs); nothing to do", flush=True)
             return runfiles.read_json(args.out, "summary.json")
-        d, train, tests, noisy, rows = data_and_labels(args, run, setup)  # §4.1: the given labels are noisy
+        d, train, tests, noisy = data_and_labels(args, run, setup)  # §4.1: the given labels are noisy
     except runfiles.WriteError as e:  # stdout, before the run has written a file
         raise UserError(f"{e}; the run wrote nothing; {e.fix}, then run the command again") from None
-    models = build_models(args, d.num_classes, train, setup)     # A and B (or a cohort)
-    models, method = stages.restore(models, method, run, args, setup.device)  # what --lc had learned, on resume
+    models = build_models(args, d.num_classes, train, setup, method)  # A and B (or a cohort)
+    between, rows = MODES[method.mode].between, None  # what a mode beyond the paper does between epochs (lab/)
+    if between is not None:  # before anything is written: on resume what it had made, and the rows it gives batches
+        models, method, rows = between.start(models, method, run, args, setup, noisy, d.num_classes)
     start_epoch, r = run.restore(models, setup.device)          # MyLC's r: 0 before epoch 1
     batches = Batches(train, labels=noisy, clean=train.labels, rows=rows, **batch_args(args, d, setup))
     loop = Loop.of(args, setup, models, method, batches)
@@ -82,11 +74,14 @@ def main(argv=None):
         writer = tensorboard(args.out) if args.tensorboard and setup.rank == 0 else None
         for epoch in range(start_epoch, args.epochs):
             t0 = time.time()
-            loop = stages.advance(loop, epoch, setup, args.weight_decay)  # what --lc learns between epochs, if anything
+            if between is not None:
+                loop = between.advance(loop, epoch, setup, args, d.num_classes)
             s, hist, lr, r = train_epoch(loop, epoch, r, d.num_classes)  # Eqs. 3-6 each step, χ of Eq. 7
             row = end_epoch(loop, run, epoch, (s, hist, lr, r), evals, d.num_classes, args, setup, writer, t0)
         if setup.rank == 0:
-            summary = finish(args, row, run, models, weights_meta(args, d, train), writer, stages.kept(loop))
+            if between is not None:  # what it keeps beyond the weights, before summary.json marks the run finished
+                between.finish(loop, args.out)
+            summary = finish(args, row, run, models, weights_meta(args, d, train), writer)
         setup.ranks.agree()  # under torchrun: rank 0 has written the run's last files
     except (KeyboardInterrupt, datasets.DataError, runfiles.WriteError) as e:
         stopped(setup.ranks.settled(e), run, argv, loop.progress, setup.ranks)  # under torchrun, every rank at once
@@ -212,10 +207,10 @@ def report_epoch(row, loop, rank, writer):
         add_scalars(writer, row)
 
 
-def finish(args, row, run, models, meta, writer, labels=None):
-    """The end of a run (rank 0): the final weights with meta (weights_meta), the labels a run keeps (stages.kept:
-    None, or rows), summary.json, the last line. Returns the summary."""
-    summary = run.finish(row, models, meta=meta, labels=labels)
+def finish(args, row, run, models, meta, writer):
+    """The end of a run (rank 0): the final weights with meta (weights_meta), summary.json, the last line. Returns
+    the summary."""
+    summary = run.finish(row, models, meta=meta)
     if writer is not None:
         writer.close()
     print("final: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("_acc_mean")) +

@@ -151,7 +151,7 @@ DEMO = Study("demo", rows={
     "coteach": ("Co-teaching, τ chosen on validation", ["--mode", "coteach"]),
     "coteach+": ("Co-teaching+", ["--mode", "coteach+"]),
     "jocor": ("JoCoR", ["--mode", "jocor"]),
-    "gce-zero": ("GCE, zero knowledge", ["--mode", "zero", "--lc", "gce"]),
+    "gce-zero": ("GCE, zero knowledge", ["--mode", "gce"]),
 }, grids={0.4: {
     "ce-zero": [Setting(lr) for lr in LRS],
     "mylc-zero": [Setting(lr) for lr in LRS],

@@ -12,7 +12,7 @@
 # 1. env.txt             the device, torch, CUDA, cuDNN, the commit (COMMIT, for a copy without .git), nvidia-smi
 # 2. cuda.xml, cuda.log  every test marked cuda (pytest -m cuda), the graphed step's included, stopped by SIGINT
 #                        after $TEST_LIMIT s (default 100): the run stops there and still writes the JUnit XML
-#                        (tests/conftest.py); graph-cases.txt, the graph tests it should hold; bf16_spread.json
+#                        (tests/hooks.py); graph-cases.txt, the graph tests it should hold; bf16_spread.json
 # 3. perf.json, perf.log python -m tools.perf suite: train.py's epochs graphed, then eager (epochs_100_min both
 #                        ways), then the step eager against graphed; perf.json rewritten after each part;
 #                        $PERF_LIMIT s (default 170) for its --budget of 150; PERF_ARGS replaces its flags
@@ -77,7 +77,7 @@ head -4 "$WORK/env.txt"
 stage_done 1
 
 timeout 120 "$PY" -m pytest -m cuda --collect-only -q -p no:cacheprovider tests/test_graph.py \
-    > "$WORK/graph-cases.txt" 2>&1
+    lab/tests/test_graph_rules.py > "$WORK/graph-cases.txt" 2>&1
 tests=0 perf=0 graph=""
 if [ -n "${WAVE_ONLY:-}" ]; then
     said=$("$PY" -c "import sys; from studies.recipe import evidence; print(evidence(*sys.argv[1:]))" \
@@ -90,7 +90,7 @@ fi
 if [ -z "$graph" ]; then
     echo "gpu_check 2/4: pytest -m cuda ($(left) s left)"
     OUT="$WORK" timeout -s INT -k 20 "${TEST_LIMIT:-100}" "$PY" -m pytest -m cuda -v -p no:cacheprovider -rs \
-        --junitxml="$WORK/cuda.xml" 2>&1 | tee "$WORK/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|skipped|Interrupted"
+        --junitxml="$WORK/cuda.xml" test_cmd.py tests lab/tests 2>&1 | tee "$WORK/cuda.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|skipped|Interrupted"
     tests=${PIPESTATUS[0]}
     stage_done 2
 

@@ -7,10 +7,11 @@ The check of a refactor: it compares two checkouts (git worktree add /tmp/before
 two cores, so pytest does not collect it (no test_ prefix); the digests hold for one machine, torch and thread
 count, so there is no stored digest to compare a single checkout with.
 
-Each configuration is `python train.py ...` on tiny synthetic data for 3 epochs (every knowledge mode x label
-correction and every other mode, from the registries, a cohort, pair noise, --val-split with --subset, a
-cnn/resnet18 pair, Co-teaching+ with an initial epoch, the shuffled-selection and peer-mean controls, and the
-stages in full: T-revision's revision, DMI's warm-up, Joint's second step on its first step's labels). The digest of a
+Each configuration is `python lab/train.py ...` (train.py with the lab's methods) on tiny synthetic data for 3 epochs
+(every knowledge mode x label correction and every other mode, the lab's included, from the registries, a cohort,
+pair noise, --val-split with --subset, a cnn/resnet18 pair, Co-teaching+ with an initial epoch, the shuffled-selection
+and peer-mean controls, and the stages in full: T-revision's revision, DMI's warm-up, Joint's second step on its
+first step's labels). The digest of a
 run is the SHA-256 of its metrics.jsonl with each line's `seconds` removed, so a refactor that keeps every
 number bit-identical keeps every digest. --compare prints the configurations whose digests differ.
 """
@@ -26,9 +27,12 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the registries of this checkout
+import lab  # noqa: E402
 from label_correction import LABEL_CORRECTIONS  # noqa: E402
 from mutual import CMD_MODES, MODES  # noqa: E402
 from training import config  # noqa: E402
+
+lab.register()  # every method of the comparison, as lab/train.py trains it
 
 TINY = ["--dataset", "synthetic", "--arch", "cnn", "--epochs", "3", "--synthetic-size", "96",
         "--synthetic-test-size", "48", "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu",
@@ -47,14 +51,14 @@ def runnable(flags):
         return flags + ["--warmup", "1"]
 
 
-# every knowledge mode with every label correction, and every other mode, from their registries
+# every knowledge mode with every label correction, and every other mode, from their registries (a mode that needs a
+# flag of its own to run at all, Joint's second step, below)
 CONFIGS = {f"{mode}-{lc}": runnable(["--mode", mode, "--lc", lc]) for mode in CMD_MODES for lc in LABEL_CORRECTIONS}
-CONFIGS.update({mode: ["--mode", mode] for mode in MODES if mode not in CMD_MODES})
+CONFIGS.update({mode: runnable(["--mode", mode]) for mode in MODES if mode not in CMD_MODES and mode != "joint2"})
 CONFIGS.update({  # the stages in full: a revision after the estimate, a warm-up, a second step on a first's labels
-    "trevision-revise": ["--mode", "zero", "--lc", "trevision", "--warmup", "1", "--trevision-revise", "1"],
-    "dmi-warmup": ["--mode", "zero", "--lc", "dmi", "--warmup", "1"],
-    "joint-then-ce": ["--mode", "zero", "--lc", "joint", "--then", "--mode", "zero", "--lc", "ce", "--labels-from",
-                      "{first}"],
+    "trevision-revise": ["--mode", "trevision", "--warmup", "1", "--trevision-revise", "1"],
+    "dmi-warmup": ["--mode", "dmi", "--warmup", "1"],
+    "joint-then-joint2": ["--mode", "joint", "--then", "--mode", "joint2", "--labels-from", "{first}"],
 })
 CONFIGS.update({
     "cohort3": ["--mode", "progressive", "--lc", "mylc", "--peers", "3"],
@@ -83,7 +87,7 @@ def run(repo, name, flags, tmp):
     for i, step in enumerate(steps):
         first, out = out, os.path.join(tmp, f"{name}-{i}")
         argv = [a.replace("{first}", first or "") for a in step.split()]
-        res = subprocess.run([sys.executable, "train.py", *TINY, *argv, "--out", out], cwd=repo, capture_output=True,
+        res = subprocess.run([sys.executable, "lab/train.py", *TINY, *argv, "--out", out], cwd=repo, capture_output=True,
                              text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if res.returncode != 0:
             return name, "failed: " + (res.stderr.strip().splitlines() or ["?"])[-1]

@@ -238,8 +238,7 @@ def test_subset_and_val_split_keep_each_image_with_its_human_label(tmp_path):
                                                    "--val-split", "0.2")))
     fresh = rundir.Run(str(tmp_path / "unused"), {}, resume=False, writes=False)  # a new run: the labels are drawn
     setup = build.Setup(0, 1, 0, torch.device("cpu"), "off", "off", {})
-    data, tr, tests, noisy, rows = build.data_and_labels(args, fresh, setup)
-    assert rows is None  # no --labels-from
+    data, tr, tests, noisy = build.data_and_labels(args, fresh, setup)
     full = data.train.images.reshape(len(clean), -1)
     # the fixture's images are random, so each identifies its index in the training set
     index = {bytes(full[i].numpy()): i for i in range(len(clean))}

@@ -119,11 +119,9 @@ def test_shuffled_run_teaches_as_many_samples_as_the_confident_one_in_its_first_
 
 @pytest.mark.parametrize("flags,why", [
     (["--select", "shuffled", "--mode", "mkd"], "--select shuffled: --mode mkd with --lc ce does not read it"),
-    (["--peer-weight", "mean", "--mode", "coteach", "--forget-rate", "0.2"], "--mode coteach with --lc ce does not"),
+    (["--peer-weight", "mean", "--mode", "mkd"], "--mode mkd with --lc ce does not"),
     (["--peer-weight", "mean", "--peers", "3"], "a pair, not --peers 3"),
     (["--peer-weight", "mean", "--lc", "cp"], "--lc cp's own term"),
-    (["--peer-weight", "mean", "--lc", "gce"], "--lc gce's own term"),
-    (["--peer-weight", "mean", "--lc", "tfkd"], "--lc tfkd's own term"),
     (["--select", "random"], "must be confident or shuffled"),
 ])
 def test_the_controls_are_refused_where_they_do_not_apply(tmp_path, capsys, flags, why):

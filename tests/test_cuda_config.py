@@ -14,13 +14,13 @@ import shutil
 
 import pytest
 import torch
-from conftest import staged
+
 from test_train import TINY, metrics
 
 import mutual
 import train
 from losses import cmd_loss, log_probs
-from mutual import LCS, Clock, Method, Precision, mutual_step
+from mutual import LCS, MODES, Clock, Method, Precision, mutual_step
 from tools import perf
 from training import rundir
 
@@ -242,7 +242,8 @@ class Cast(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("mode,lc", [("progressive", lc) for lc in LCS] + [("mkd", "ce"), ("kdcl", "ce")])
+@pytest.mark.parametrize("mode,lc", [("progressive", lc) for lc in LCS] + [(m, "ce") for m, x in MODES.items()
+                                                                           if x.thresholds is None])
 def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc):
     if fp16_unsupported("cpu") and dtype == torch.float16:
         pytest.skip(f"no fp16 autocast on CPU in torch {torch.__version__}")
@@ -256,8 +257,7 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
     with torch.no_grad():
         for net in nets:
             net[1].weight.mul_(3)  # confident and unconfident predictions both, so chi splits the batch
-    method = staged(Method(mode=mode, lc=lc, eta=None if mode in ("mkd", "kdcl") else 2.0, b=-5.0, noise=("sym", 0.4)),
-                    n, k, epoch=3)  # what its label correction's stages made by epoch 3
+    method = Method(mode=mode, lc=lc, eta=None if MODES[mode].thresholds is None else 2.0, b=-5.0, noise=("sym", 0.4))
     autocast = dict(device_type="cpu", dtype=dtype, enabled=True)
     results = []
     for wrap in (lambda m: m, Cast):
@@ -272,7 +272,7 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
     assert torch.equal(low_sums, f32_sums) and torch.equal(low_hist, f32_hist)  # losses, selections, entropies
     assert all(torch.equal(a, b) for a, b in zip(low_params, f32_params))  # and the SGD update they drive
     s = dict(zip(mutual.sum_names(2), low_sums.tolist()))
-    if mode not in ("mkd", "kdcl"):
+    if MODES[mode].thresholds is not None:
         assert 0 < s["selected_b2a"] < n and 0 < s["selected_a2b"] < n
 
 

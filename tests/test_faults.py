@@ -25,7 +25,6 @@ from test_train import HERE, TINY, cli, metrics
 import evaluate
 import models
 import train
-from tools import paper_tables, sweep
 from training import config, datasets, errors, presets, rundir
 from training.progress import Display, Progress
 
@@ -389,26 +388,6 @@ def test_a_one_epoch_curve_is_drawn_with_a_marker():
     plt.close(fig)
 
 
-def test_a_sweep_cell_whose_runs_failed_reads_failed(tmp_path):
-    todo = paper_tables.jobs("table1", "smoke", 1, str(tmp_path))
-    md = sweep.render("table1", "smoke", 1, str(tmp_path), "header", failed={todo[0]["name"]: "train.py: error: x"})
-    assert "| Zero | failed |" in md and "| All | not run |" in md
-
-
-def test_a_sweep_starts_fresh_runs_without_resume_and_resumes_started_ones(tmp_path, monkeypatch):
-    launched = []
-    monkeypatch.setattr(sweep.subprocess, "Popen", lambda argv, **kw: launched.append(argv))
-    job = paper_tables.jobs("table1", "smoke", 1, str(tmp_path))[0]
-    for started in (False, True):
-        if started:
-            with open(os.path.join(job["dir"], "config.json"), "w") as f:
-                f.write("{}")
-        r = sweep.start(0, job, {}, "train.py")
-        r["log"].close()
-        r["err"].close()
-    assert "--resume" not in launched[0] and launched[1][-1] == "--resume"
-
-
 # ---------------------------------------------------------------- watching a run
 
 class Terminal(io.StringIO):
@@ -594,22 +573,13 @@ def test_the_readmes_picture_is_drawn_again_from_its_committed_run(tmp_path, mon
         assert os.path.getsize(hist) < 10_000 and {1, 10, 30, 80} <= set(f["epoch"].tolist())
 
 
-def test_every_train_and_sweep_command_shown_in_the_readme_and_docs_is_accepted(capsys, tmp_path):
-    docs = readme_and_docs()
-    trains = [c for text in docs.values() for c in shown_commands(text, "train.py")]
-    sweeps = [c for text in docs.values() for c in shown_commands(text, "-m tools.sweep")]
-    assert any("--out runs/smoke" in c for c in trains) and any("--scale demo" in c for c in sweeps)
+def test_every_train_command_shown_in_the_readme_and_docs_is_accepted():
+    """python train.py ... in the README and docs: each takes its flags and values (the lab's commands, python
+    lab/train.py and the tools', lab/tests/test_sweep.py)."""
+    trains = [c for text in readme_and_docs().values() for c in shown_commands(text, "train.py")]
+    assert any("--out runs/smoke" in c for c in trains)
     for line in trains:
         config.resolve(config.get_args(shlex.split(line)[2:]))  # refuses a flag or value that no longer exists
-    for line in sweeps:
-        argv = shlex.split(line)[3:]
-        cut = argv.index("--") if "--" in argv else len(argv)
-        if "--from" in argv:  # it runs nothing: its table is written, here into tmp_path
-            assert sweep.main(argv[:argv.index("--out")] + ["--out", str(tmp_path)]) == 0, line
-            continue
-        # the grid and its extra flags; a Slurm command's too, which a dry run checks without a cluster
-        assert sweep.main(argv[:cut] + ["--dry-run"] + argv[cut:]) == 0, line
-    capsys.readouterr()
 
 
 # ---------------------------------------------------------------- every entry point: one handler
@@ -646,9 +616,9 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
 
 
 def test_a_ctrl_c_while_torch_imports_stops_the_run_even_where_the_importing_code_catches_the_exit():
-    """train.py's handler until torch is imported: a SystemExit raised inside an import can be caught by the code
-    importing (a bare except), and the run then trained to its end."""
-    code = ("import signal, train\nsignal.signal(signal.SIGINT, train.stopped_early)\ntry:\n"
+    """train.py's handler until torch is imported (errors.stop_early): a SystemExit raised inside an import can be
+    caught by the code importing (a bare except), and the run then trained to its end."""
+    code = ("import signal\nfrom training.errors import stop_early\nstop_early('train.py')\ntry:\n"
             "    signal.raise_signal(signal.SIGINT)\nexcept BaseException:\n    pass\nprint('went on')")
     p = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=120)
     assert (p.returncode, p.stdout, p.stderr) == (130, "", f"train.py: {train.EARLY}\n")

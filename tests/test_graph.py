@@ -1,10 +1,10 @@
 """training/graph.py: the training step recorded once and replayed does what the eager step does (train.py --graph).
 
 On the CPU: torch.compile of the whole step (inductor, default mode) against mutual_step, 20 steps in float32,
-for CMD-P + MyLC and for Co-teaching, across an lr milestone and a new R(t), compiling again for a new R(t) only,
-never for a new chi; a run compiled so resumes from its checkpoint bit for bit; what --graph auto chooses and what
-it refuses. On CUDA (the cuda marker): the captured CUDA graph against the eager step over 3 epochs of train.py in
-float32 and in bf16, and no host sync in a replay.
+for CMD-P + MyLC, across an lr milestone, never compiling again for a new chi; a run compiled so resumes from its
+checkpoint bit for bit; what --graph auto chooses and what it refuses. On CUDA (the cuda marker): the captured CUDA
+graph against the eager step over 3 epochs of train.py in float32 and in bf16, and no host sync in a replay. (A mode
+with a rule, a new key at each new host number: the lab's Co-teaching, lab/tests/test_graph_rules.py.)
 """
 import json
 import os
@@ -16,7 +16,7 @@ from test_cuda_config import has_cpp_compiler
 from test_train import TINY, metrics
 
 import train
-from mutual import Clock, Comparators, Method, Precision, mutual_step, sum_names
+from mutual import Clock, Method, Precision, mutual_step, sum_names
 from tools import perf
 from training import graph, rundir
 from training.errors import UserError
@@ -61,9 +61,8 @@ def train_steps(how, method, epochs=2, steps=10):
 
 
 @pytest.mark.skipif(not has_cpp_compiler(), reason="torch.compile on CPU (inductor) needs a C++ compiler")
-@pytest.mark.parametrize("method,backend", [(Method(mode="progressive", lc="mylc", eta=2.0), "inductor"),
-                                            (Method(mode="coteach", lc="ce", comparators=Comparators(forget_rate=0.4, num_gradual=1)),
-                                             "aot_eager")], ids=["cmd-p-mylc", "coteach"])
+@pytest.mark.parametrize("method,backend", [(Method(mode="progressive", lc="mylc", eta=2.0), "inductor")],
+                         ids=["cmd-p-mylc"])
 def test_the_compiled_step_equals_the_eager_step(monkeypatch, method, backend):
     # 20 steps over two epochs: the lr falls tenfold after the first (a tensor the schedule fills in place), and
     # Co-teaching's R(t) falls from 1 to 0.6 (a new key: a new compiled graph). chi and t/Γ move every step.
@@ -105,12 +104,6 @@ def test_a_new_graph_exactly_where_the_step_reads_a_new_host_number():
     cmd = Method(mode="progressive")  # chi and t/Γ move every step, but reach the replay as tensors
     assert len({graph.key(cmd, c, x) for c in clocks}) == 1
     assert graph.key(cmd, clocks[0], x) != graph.key(cmd, clocks[0], [torch.zeros(N - 1, 3, 4, 4)])  # the last batch
-    coteach = Method(mode="coteach", comparators=Comparators(forget_rate=0.4, num_gradual=10))  # R(t) moves for 10 epochs, then stays
-    assert [len({graph.key(coteach, Clock(e, i, 400, 20, 0), x) for i in (0, 399)}) for e in (0, 15)] == [1, 1]
-    assert graph.key(coteach, Clock(0, 0, 400, 20, 0), x) != graph.key(coteach, Clock(1, 0, 400, 20, 0), x)
-    assert graph.key(coteach, Clock(10, 0, 400, 20, 0), x) == graph.key(coteach, Clock(15, 0, 400, 20, 0), x)
-    plus = Method(mode="coteach+", comparators=Comparators(forget_rate=0.4, num_gradual=10))  # its step rule flips at (epoch + 1) i = 5000
-    assert graph.key(plus, clocks[2], x) != graph.key(plus, clocks[3], x)
 
 
 @pytest.mark.parametrize("choice,device,extra,expected", [
@@ -176,8 +169,6 @@ CUDA = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "600", "-
         "--synthetic-classes", "10", "--batch-size", "64", "--epochs", "3", "--milestones", "1,2", "--device", "cuda",
         "--workers", "0"]  # 9 batches of 64 and one of 24 an epoch; the lr changes after epochs 1 and 2
 CASES = {"cmd-p-mylc": [], "cmd-p-proselflc": ["--lc", "proselflc"],
-         "coteach": ["--mode", "coteach", "--num-gradual", "2"],  # R(t) changes every epoch: a new key
-         "coteach+": ["--mode", "coteach+", "--num-gradual", "2", "--coteach-plus-init", "1"],
          "cohort-static-cp": ["--peers", "3", "--mode", "static", "--lc", "cp"]}
 # bf16: graphed against eager within max(BF16_FLOOR, BF16_SPREADS x eager's own run-to-run spread); provisional
 # until a device run measures the spread (the test writes it to $OUT/bf16_spread.json)

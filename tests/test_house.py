@@ -1,6 +1,7 @@
 """The house rules: Method and Comparators are the one source of the method's flags, the paper's names are
-accepted, the paper's files import no machinery, shared flags are defined once, bad input is refused one way,
-and the paper's pair (mutual.cmd_objective) reads on one screen."""
+accepted, the paper's files import no machinery, the reference (the root and training/) neither imports the lab nor
+names a method of the comparison, shared flags are defined once, bad input is refused one way, and the paper's pair
+(mutual.cmd_objective) reads on one screen."""
 import ast
 import dataclasses
 import glob
@@ -13,10 +14,9 @@ import re
 import pytest
 from test_train import TINY, metrics
 
-import baselines
 import mutual
-from mutual import Comparators, Method
 import train
+from mutual import Method
 from training import config, runfiles
 from training.errors import UserError
 from training.report import epoch_line
@@ -31,8 +31,8 @@ def actions():
 
 
 def knobs():
-    """Every field of Method and Comparators that is a flag: all but Method.comparators and Method.noise (the run's)."""
-    return [f for kind in (Method, Comparators) for f in dataclasses.fields(kind) if "help" in f.metadata]
+    """Every field of Method and Comparators that is a flag: all but Method.comparators, .noise and .state (the run's)."""
+    return [f for kind in (Method, mutual.Comparators) for f in dataclasses.fields(kind) if "help" in f.metadata]
 
 
 def test_every_method_flag_takes_its_default_and_help_from_method():
@@ -46,19 +46,17 @@ def test_every_method_flag_takes_its_default_and_help_from_method():
             assert a.default == f.default, f.name
     args = config.resolve(config.get_args(["--dataset", "synthetic"]))
     assert config.method_of(args) == Method(noise=("sym", 0.4))  # and the run's noise, which the flags give it
-    # and a comparator's flag reaches its field
-    args = config.resolve(config.get_args(["--dataset", "synthetic", "--mode", "jocor", "--jocor-lambda", "0.5"]))
-    assert config.method_of(args).comparators.jocor_lambda == 0.5
+    # and a mode's own setting reaches its field
+    args = config.resolve(config.get_args(["--dataset", "synthetic", "--mode", "mkd", "--mkd-eps", "0.3"]))
+    assert config.method_of(args).comparators.mkd_eps == 0.3
 
 
-def test_the_comparators_settings_are_not_the_papers_method_fields():
+def test_the_modes_settings_are_not_the_papers_method_fields():
     paper = {f.name for f in dataclasses.fields(Method)}
-    others = {f.name for f in dataclasses.fields(Comparators)}
-    assert not paper & others and paper >= {"mode", "lc", "eta", "b", "mylc_b1", "mylc_rho"}
-    assert others >= {"forget_rate", "num_gradual", "coteach_plus_init", "jocor_lambda", "kdcl_t", "kdcl_lambda",
-                      "gce_q", "tfkd_a", "tfkd_t", "tfkd_alpha", "tfkd_multiplier", "mkd_eps"}
+    others = {f.name for f in dataclasses.fields(mutual.Comparators)}
+    assert not paper & others and paper >= {"mode", "lc", "eta", "b", "mylc_b1", "mylc_rho"} and "mkd_eps" in others
     groups = {g.title.split()[0]: {a.dest for a in g._group_actions} for g in config.parser()._action_groups}
-    assert groups["method"] == paper - {"comparators", "noise", "state"} and groups["comparators"] == others
+    assert groups["method"] == paper - {"comparators", "noise", "state"} and groups["settings"] == others
 
 
 def test_changing_a_default_in_method_changes_the_flag(monkeypatch):
@@ -215,9 +213,9 @@ def test_the_papers_pair_reads_on_one_screen_without_cohorts_or_controls():
 
 def test_the_root_holds_the_paper_and_the_entry_points():
     py = sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py"))
-    # beside the paper: its comparators, and what their registry entries declare (which the paper's files import)
-    assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "baselines", "robust", "registry"}, py
-    for folder in ("training", "tools", "studies", "tests"):
+    # beside the paper: what its registries' entries declare (which the paper's files import)
+    assert set(py) <= set(PAPER) | {"train", "evaluate", "test_cmd", "registry"}, py
+    for folder in ("training", "lab", "tools", "studies", "tests"):
         assert os.path.isfile(os.path.join(HERE, folder, "__init__.py")) or folder == "tests"
 
 
@@ -241,8 +239,9 @@ PAPER_KNOBS = {"eta", "b", "mylc_b1", "mylc_rho", "ls_eps", "bootsoft_eps", "pro
 
 
 def run_defaults():
-    """{field: default} of Method and of any other dataclass of mutual.py or baselines.py holding a run's settings."""
-    return {f.name: f.default for module in (mutual, baselines) for obj in vars(module).values()
+    """{field: default} of Method, of the modes' Comparators and of any other dataclass of mutual.py holding a run's
+    settings."""
+    return {f.name: f.default for obj in [*vars(mutual).values(), mutual.Comparators]
             if isinstance(obj, type) and dataclasses.is_dataclass(obj)
             for f in dataclasses.fields(obj) if f.default is not dataclasses.MISSING}
 
@@ -306,15 +305,41 @@ def test_the_synthetic_flags_take_the_data_sets_own_defaults():
             assert getattr(args, f"synthetic_{field}") == default
 
 
-def test_the_method_and_the_trainer_use_the_comparators_only_through_their_registry_entries():
-    for name in ("mutual.py", "train.py"):
-        tree = ast.parse(open(os.path.join(HERE, name)).read())
-        imports = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        from_baselines = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "baselines"]
-        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                and n.value.id == "baselines"}
-        assert not from_baselines and used <= {"MODES"}, (name, used)  # their registry entries
-        assert ("baselines" in imports) == (name == "mutual.py")  # mutual.MODES; train.py not at all
+REFERENCE = [p for p in glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "training", "*.py"))]
+LAB = ("lab", "tools", "studies")  # what imports the reference, never the other way round
+# the methods of the comparison (lab/methods/), which no name in the reference's code may carry
+COMPARED = ("coteach", "jocor", "decoupl", "revision", "joint", "elr", "cdr", "mentornet", "apl", "dmi", "gce",
+            "forward_loss", "anchor_transition", "kdcl", "tfkd")
+
+
+def names_in(tree):
+    """Every name a module's code gives or uses: definitions, arguments, variables, attributes, keywords, imports."""
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+            yield n.name
+        elif isinstance(n, ast.arg):
+            yield n.arg
+        elif isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+        elif isinstance(n, ast.keyword) and n.arg:
+            yield n.arg
+        elif isinstance(n, ast.alias):
+            yield n.asname or n.name
+
+
+def test_the_reference_imports_no_lab_and_names_no_method_of_the_comparison():
+    """No .py file of the root or of training/ imports the lab (lab/, tools/, studies/), and none names a method CMD is
+    compared with in its code (comments and docstrings may point to the lab): the reference knows only the paper."""
+    assert len(REFERENCE) > 20
+    for path in REFERENCE:
+        tree = ast.parse(open(path).read())
+        imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names] + \
+            [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        assert not [m for m in imported if m.split(".")[0] in LAB], (os.path.relpath(path, HERE), imported)
+        named = {name for name in names_in(tree) if any(word in name.lower() for word in COMPARED)}
+        assert not named, (os.path.relpath(path, HERE), named)
 
 
 def test_no_global_is_reassigned_outside_the_tests():

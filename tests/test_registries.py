@@ -4,6 +4,7 @@ correction, an architecture, a noise kind, a dataset in its real files) and trai
 train.main, checking that the entry, not a default, did the training; every knob of the method changes what a
 step computes in some mode, so a knob that reaches Method but not the loss fails; the docs' lists of choices are
 the registries'; a dataset is fetched only from its own published files."""
+import argparse
 import dataclasses
 import functools
 import hashlib
@@ -26,10 +27,9 @@ import models
 import mutual
 import noise
 import train
-from label_correction import LABEL_CORRECTIONS
-from mutual import Clock, Comparators, Method, Precision, mutual_step
+from mutual import Clock, Method, Precision, mutual_step
 from tools import batched, plot
-from training import config, datasets, download, presets, report, rundir, stages, tiny
+from training import config, datasets, download, presets, report, rundir, tiny
 from training.images import DataError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,21 +58,6 @@ def test_a_label_correction_added_to_its_registry_trains(tmp_path, monkeypatch):
     assert calls and json.load(open(os.path.join(out, "config.json")))["lc"] == "mylc-capped"
     assert plot.describe(json.load(open(os.path.join(out, "config.json"))))["lc"] == "MyLC (ε ≤ 0.5)"  # plots read its name
     assert "mylc-capped" in config.parser().format_help()
-
-
-def test_a_correction_that_only_renews_the_given_labels_does_not_read_the_warm_up(tmp_path, monkeypatch, capsys):
-    """Its step is CE's (no target, no loss, no rule on the gradients): a warm-up of CE would change nothing, so
-    --warmup is not what it reads, and train.py refuses it in one line; one with a target reads it."""
-    running = label_correction.Stage("running", start=lambda m, epochs: 1, every=True, rows=lambda t: t, given=True,
-                                     update=lambda t, probs, m: probs, line=lambda m, epoch, n, states: "renewed")
-    monkeypatch.setitem(LABEL_CORRECTIONS, "renewed", label_correction.Correction("Renewed", stages=(running,)))
-    assert "warmup" not in mutual.knobs_read("progressive", "renewed") and mutual.knobs_read("zero", "renewed")
-    assert "warmup" in mutual.knobs_read("progressive", "mylc") and "warmup" in mutual.knobs_read("zero", "cdr")
-    with pytest.raises(SystemExit) as e:
-        train.main(ONE_EPOCH + ["--lc", "renewed", "--warmup", "1", "--out", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and "--warmup 1" in err and len(err.strip().splitlines()) == 1, err
-    assert not os.path.exists(tmp_path / "run")
 
 
 def test_an_architecture_added_to_its_registry_trains_on_its_own_preset(tmp_path, monkeypatch, capsys):
@@ -181,7 +166,7 @@ def test_a_dataset_added_to_its_registry_downloads_reads_its_real_files_and_trai
     d = datasets.load_dataset("kmnist", tmp_path / "data", download=False)
     assert np.array_equal(d.train.labels, sets["train"][1]) and d.mean == KMNIST.mean
     # the tests of every dataset read from files take it as they take the registry's own (test_train), by its copy
-    for mode in ("progressive", "coteach"):
+    for mode in ("progressive", "mkd"):
         test_train.check_every_mode_trains_on(tmp_path / mode, "kmnist", mode)
 
 
@@ -222,9 +207,14 @@ def test_a_dataset_is_fetched_only_from_its_own_published_files(tmp_path, monkey
 
 # ---------------------------------------------------------------- every knob reaches what a step computes
 
-KNOBS = [(kind, f) for kind in (Method, Comparators) for f in dataclasses.fields(kind)
-         if f.name not in ("mode", "lc", "comparators", "noise", "state")]  # the axes are the registries, tested
-# above; noise and what a label correction's stages make are the run's, not knobs
+def knobs():
+    """(kind, field) of every knob of Method and of the registered modes' Comparators: the axes (mode, lc) are the
+    registries, tested above; noise and what a mode makes between epochs are the run's, not knobs."""
+    return [(kind, f) for kind in (Method, mutual.Comparators) for f in dataclasses.fields(kind)
+            if f.name not in ("mode", "lc", "comparators", "noise", "state")]
+
+
+KNOBS = knobs()
 
 
 def other_value(f):
@@ -254,25 +244,32 @@ def predictions(epoch, m):
     return [torch.softmax(3 * torch.randn(64, 4, generator=g), -1) for _ in range(m)]
 
 
-def step_of(method, m=2, epoch=1):
+def unchanged(method, models, epoch, predict):
+    """What a mode of the paper does between epochs: nothing. (method, models, rows)."""
+    return method, models, None
+
+
+def step_of(method, m=2, epoch=1, between=unchanged):
     """What one training step computes (its sums) for this method: train.py's step on a fixed batch of 64 for a
     small pair, the thresholds from Method.chis_at, MyLC's r at 0.6 and 0.8, in epoch `epoch` + 1 of 10 (epoch 1:
-    t/Γ = 0.125, where Eq. 7's b, ProSelfLC's transit and the comparators' R(t) all matter; epoch 8, where R(t)
-    keeps few enough of Co-teaching+'s disagreements that τ moves the count). Its label correction's stages have
-    acted at the start of every epoch up to this one as in a run (training/stages.act), the 64 samples its training
-    set and fixed predictions of them (predictions), so that a knob a stage reads changes the step too. The inputs'
-    scales spread the predictions' entropies over [0, ln K], so that a χ that moves moves the selection."""
+    t/Γ = 0.125, where Eq. 7's b, ProSelfLC's transit and a small-loss method's R(t) all matter; epoch 8, where R(t)
+    keeps few enough of Co-teaching+'s disagreements that τ moves the count). between(method, models, e, predict)
+    acts at the start of every epoch e up to this one as a run's mode does between epochs (the lab's stages), the 64
+    samples its training set and fixed predictions of them (predictions), so that a knob it reads changes the step
+    too. The inputs' scales spread the predictions' entropies over [0, ln K], so that a χ that moves moves the
+    selection."""
     torch.manual_seed(0)
     nets = [nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)) for _ in range(m)]
     with torch.no_grad():
         nets[0][3].weight.mul_(4)  # confident and unconfident predictions both
     models = rundir.Models(nets, [torch.optim.SGD(n.parameters(), lr=0.1, momentum=0.9) for n in nets], [])
+    own = mutual.MODES[method.mode].optimiser
+    if own is not None:  # a mode's own optimiser, at the same settings
+        models = models._replace(opts=[own(n.parameters(), SGD, method) for n in nets])
     rows = None
-    for e in range(epoch + 1):  # the stages, as they act at the start of each epoch
-        done = stages.act(method, e, EPOCHS, lambda: predictions(e, m), m, torch.device("cpu"))
-        method, rows = done.method, rows if done.rows is None else done.rows
-        for stage, states in done.optimisers:
-            models = stages.with_optimiser(models, stage, states, method, 5e-4)
+    for e in range(epoch + 1):  # what the mode does between epochs, at the start of each
+        method, models, made = between(method, models, e, lambda: predictions(e, m))
+        rows = rows if made is None else made
     g = torch.Generator().manual_seed(1)
     x = torch.randn(64, 3, 2, 2, generator=g) * torch.linspace(0.05, 8, 64)[:, None, None, None]
     y = torch.randint(0, 4, (64,), generator=g)
@@ -285,11 +282,7 @@ def step_of(method, m=2, epoch=1):
                       *(s.detach().flatten() for states in (method.state or {}).values() for s in states)])
 
 
-def stage_epochs(*methods):
-    """The epochs where a stage of these methods' label correction starts or starts to show: where a knob that moves
-    a stage changes a step."""
-    return {f(m, EPOCHS) for m in methods for s in LABEL_CORRECTIONS[m.lc].stages for f in (s.start, s.rows_from)
-            if f is not None and f(m, EPOCHS) is not None}
+SGD = argparse.Namespace(lr=0.1, momentum=0.9, weight_decay=0.0)  # step_of's SGD, as a mode's own optimiser reads it
 
 
 def accepted(mode, lc, f):
@@ -310,24 +303,20 @@ def accepted(mode, lc, f):
     return False
 
 
-def base_method(mode, lc):
-    """The method each knob is changed from: the mode's own (η, b), b = −5 where it is tunable, τ = 0.2, T-revision's
-    last 2 of 10 epochs revising."""
+def base_method(mode, lc, **settings):
+    """The method each knob is changed from: the mode's own (η, b), b = −5 where it is tunable, and settings of its
+    Comparators (the lab's: τ = 0.2, T-revision's last 2 of 10 epochs revising)."""
     eta, b = mutual.MODES[mode].thresholds or (None, None)
     return Method(mode=mode, lc=lc, eta=eta, b=-5.0 if mutual.MODES[mode].tunable else b, noise=("sym", 0.2),
-                  comparators=Comparators(forget_rate=0.2, trevision_revise=2))  # T-revision revises epochs 8 and 9
+                  comparators=mutual.Comparators(**settings))
 
 
-@functools.lru_cache(maxsize=None)
-def base_step(mode, lc, epoch):
-    return step_of(base_method(mode, lc), epoch=epoch)
-
-
-@pytest.mark.parametrize("kind,f", KNOBS, ids=[f.name for _, f in KNOBS])
-def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_reads_it(kind, f):
-    # a knob read by nothing fails here, whatever its name; so does one whose entries do not declare it
-    # (mutual.Mode.knobs, label_correction.Correction.knobs), and train.py refuses it wherever they do not
-    reads = 0
+def check_knob(kind, f, base_of, between=unchanged, epochs_of=lambda base, changed: set()):
+    """A knob changes what a step computes exactly where its mode or label correction declares it read, and train.py
+    takes it there alone: over every mode of the registry (and every correction where the mode has a threshold).
+    base_of(mode, lc): the method it is changed from; between, epochs_of(base, changed): what the mode does between
+    epochs, and the epochs beyond 1 and 8 where that shows (a stage's start)."""
+    reads, steps = 0, functools.lru_cache(maxsize=None)(lambda mode, lc, e: step_of(base_of(mode, lc), 2, e, between))
     for mode, x in mutual.MODES.items():
         for lc in mutual.LCS if x.thresholds else ("ce",):
             read = f.name in mutual.knobs_read(mode, lc)
@@ -336,14 +325,14 @@ def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_re
                 continue  # zero and all knowledge are defined by their (η, b), the others have none: refused above
             if f.name == "peer_weight" and label_correction.LABEL_CORRECTIONS[lc].loss is not None:
                 continue  # --peer-weight mean is for targets: refused above
-            base = base_method(mode, lc)
+            base = base_of(mode, lc)
             if kind is Method:
                 changed = dataclasses.replace(base, **{f.name: other_value(f)})
             else:
                 changed = dataclasses.replace(base, comparators=dataclasses.replace(base.comparators, **{
                     f.name: other_value(f)}))
-            epochs = {1, 8} | stage_epochs(base, changed)  # and where a stage starts, or starts to show
-            changes = any(not torch.equal(base_step(mode, lc, e), step_of(changed, epoch=e)) for e in sorted(epochs))
+            epochs = {1, 8} | epochs_of(base, changed)
+            changes = any(not torch.equal(steps(mode, lc, e), step_of(changed, 2, e, between)) for e in sorted(epochs))
             assert changes == read, (
                 f"{f.name} = {other_value(f)} with --mode {mode} --lc {lc}: "
                 + ("declared read but changes nothing the step computes" if read else
@@ -352,11 +341,18 @@ def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_re
     assert reads, f"{f.name} is read by no mode and no label correction"
 
 
+@pytest.mark.parametrize("kind,f", KNOBS, ids=[f.name for _, f in KNOBS])
+def test_every_knob_changes_a_step_exactly_where_its_mode_or_label_correction_reads_it(kind, f):
+    # a knob read by nothing fails here, whatever its name; so does one whose entries do not declare it
+    # (registry.Mode.knobs, registry.Correction.knobs), and train.py refuses it wherever they do not
+    check_knob(kind, f, base_method)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--lc", "mylc", "--ls-eps", "0.3"], "--ls-eps 0.3: --mode progressive with --lc mylc does not read it (only --lc "
                                           "ls does); drop it"),
-    (["--mode", "progressive", "--jocor-lambda", "0.5"], "--jocor-lambda 0.5: --mode progressive with --lc mylc does "
-                                                         "not read it (only --mode jocor does); drop it"),
+    (["--mode", "progressive", "--mkd-eps", "0.3"], "--mkd-eps 0.3: --mode progressive with --lc mylc does not read it "
+                                                    "(only --mode mkd does); drop it"),
 ])
 def test_a_knob_the_run_does_not_read_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys, flags,
                                                                                        message):
@@ -368,10 +364,10 @@ def test_a_knob_the_run_does_not_read_is_refused_in_one_line_before_anything_is_
 
 
 def test_a_grid_passes_each_run_only_the_knobs_its_mode_and_label_correction_read():
-    extra = ["--ls-eps", "0.3", "--mylc-rho=0.4", "--jocor-lambda", "0.5", "--workers", "2", "--cp-beta", "0.1"]
+    extra = ["--ls-eps", "0.3", "--mylc-rho=0.4", "--mkd-eps", "0.25", "--workers", "2", "--cp-beta", "0.1"]
     assert config.knobs_for(["--mode", "progressive", "--lc", "ls"], extra) == ["--ls-eps", "0.3", "--workers", "2"]
     assert config.knobs_for(["--mode", "zero"], extra) == ["--mylc-rho=0.4", "--workers", "2"]  # MyLC by default
-    assert config.knobs_for(["--mode", "jocor"], extra) == ["--jocor-lambda", "0.5", "--workers", "2"]
+    assert config.knobs_for(["--mode", "mkd"], extra) == ["--mkd-eps", "0.25", "--workers", "2"]
 
 
 # ---------------------------------------------------------------- the docs list what the registries hold

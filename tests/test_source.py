@@ -1,6 +1,6 @@
 """The code a run ran (training/source.py): config.json names it by the digest of its source files, in a checkout and
-in a copy without .git alike; a sweep pins its code when it starts, so that every run of it runs that code while the
-checkout moves on; a table is rendered from runs of one code, or says that it mixes them."""
+in a copy without .git alike. (A sweep pins its code when it starts, and renders a table of one code:
+lab/tests/test_sweep.py.)"""
 import json
 import os
 import shutil
@@ -10,7 +10,6 @@ import sys
 
 import train
 from test_train import HERE, TINY
-from tools import paper_tables, sweep
 from training import source
 
 
@@ -67,36 +66,3 @@ def test_a_run_names_its_code_in_a_checkout_and_in_a_copy_without_git(tmp_path, 
     assert provenance(tmp_path / "bare")["code"] == here["code"] and "git_commit" not in provenance(tmp_path / "bare")
     named = provenance(tmp_path / "named")
     assert named["code"] == here["code"] and named["git_commit"] == "c0ffee" and named["git_dirty"] is None
-
-
-def test_a_sweep_whose_checkout_moves_on_runs_the_code_it_started_with(tmp_path, monkeypatch, capsys):
-    """A commit lands in the checkout while the sweep runs: the runs it starts after it still run the code pinned when
-    it started, and record that code and its commit; the same command again says the checkout has moved on and keeps
-    to the pinned code; its table names the one code."""
-    commit = checkout(tmp_path)
-    repo = tmp_path / "repo"
-    monkeypatch.setattr(source, "ROOT", str(repo))
-    started = sweep.start
-
-    def start(i, job, env, script):
-        if i == 1:  # the checkout moves on before the second run starts
-            (repo / "schedule.py").write_text((repo / "schedule.py").read_text() + "\nMOVED = True\n")
-            subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam",
-                            "two"], check=True)
-        return started(i, job, env, script)
-    monkeypatch.setattr(sweep, "start", start)
-    out = str(tmp_path / "sweeps")
-    pinned = source.digest(str(tmp_path / "copy"))
-    assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0
-    runs = paper_tables.jobs("table1", "smoke", 1, os.path.join(out, "table1-smoke"))
-    assert len(runs) == 2
-    for job in runs:
-        p = provenance(job["dir"])
-        assert p["code"] == pinned and p["git_commit"] == commit and p["git_dirty"] is None, job["name"]
-    assert source.digest(str(repo)) != pinned
-    assert f"Code: {pinned} (commit {commit[:7]}), every run." in open(os.path.join(out, "table1-smoke.md")).read()
-    capsys.readouterr()
-    assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0  # both finished: skipped
-    said = capsys.readouterr().out
-    assert f"runs run the code it started with, {pinned} (commit {commit[:7]})" in said
-    assert f"this checkout is now code {source.digest(str(repo))}" in said

@@ -39,8 +39,8 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 import models
-from label_correction import LABEL_CORRECTIONS, confidence_from_sum
-from mutual import (CMD_MODES, ENTROPY_BINS, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
+from label_correction import confidence_from_sum
+from mutual import (CMD_MODES, ENTROPY_BINS, MODES, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
                     step_sums, sum_names)
 from training import build, graph, rundir, runfiles
 from training.batches import Batches
@@ -85,7 +85,7 @@ def group(runs):
         key = json.dumps({k: v for k, v in a.items() if k not in OWN + rundir.RUN_CONTROL}, sort_keys=True,
                          default=str)
         mode = "cmd" if a["mode"] in CMD_MODES else a["mode"]  # CMD's modes differ only in chi: one objective
-        groups.setdefault((key, mode, a["forget_rate"]), []).append(run)
+        groups.setdefault((key, mode, a.get("forget_rate")), []).append(run)
     return list(groups.values())
 
 
@@ -96,12 +96,9 @@ def check(run):
         raise BadInput("--compile and torchrun are train.py's; tools.batched trains its runs in one process")
     if a.noise == "human":
         raise BadInput("--noise human reads CIFAR-N's file per run: use train.py for it")
-    if a.labels_from is not None:
-        raise BadInput("--labels-from gives each run's models their own relabelled labels, which one vmapped step "
-                       "cannot hold; use train.py")
-    c = LABEL_CORRECTIONS[a.lc]
-    if c.unbatched:
-        raise BadInput(f"--lc {a.lc} ({c.title}): {c.unbatched}, which one vmapped step cannot hold; use train.py")
+    x = MODES[a.mode]
+    if x.unbatched:
+        raise BadInput(f"--mode {a.mode} ({x.title}): {x.unbatched}, which one vmapped step cannot hold; use train.py")
     if a.resume:
         raise BadInput("tools.batched has no --resume: run the same command again; finished runs are skipped and "
                        "the others start again from epoch 1")

@@ -12,6 +12,7 @@ AUTHORS -- Table 3's rows at their authors' settings, per dataset family (FAMILY
 SCALES  -- what each sweep.py --scale adds to every run (paper, fmnist, demo, benign, smoke)
 CHECK_ONLY -- the scales whose numbers only check that every row runs: their tables rank nothing
 same_point -- an epoch of one lr schedule at the same point of another (a stage's start at --scale fmnist)
+as_today -- the key and name of a run packed before the comparison's methods were modes of their own, as today's
 grid, cell_flags, row_label, run_name, jobs, claim, same_run -- which cells a scale runs, a cell's train.py flags,
            a row's label at a scale and a cell's folder name, the command lines of a preset, a run's folder and
            flags kept before it starts, and whether a finished folder ran with the same flags
@@ -173,26 +174,27 @@ PRESETS = {
                       ("static-mylc", "CMD-S+MyLC", method("static", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC", method("progressive", "mylc"))],
                      [*PAIR_NOISE, *sym(20, 40), ("clean", "Clean", noise("none", 0), MEAN)])],
-    # The comparators of baselines.py train on the given labels with tau = the noise rate (the authors' code); each
-    # row takes its authors' settings for the scale's data (AUTHORS). The IDN column is not the paper's: the
+    # The methods CMD is compared with are the lab's modes (lab/methods/), on the given labels, the small-loss ones
+    # with tau = the noise rate (the authors' code); each row takes its authors' settings for the scale's data
+    # (AUTHORS). The IDN column is not the paper's: the
     # instance-dependent noise of CDR's and T-revision's experiments. CMD-P's rows run at the project's η = 4 and
     # at the copy guide's (ETA_START).
     "table3": [table("table3", "Table 3: learning-with-noisy-labels methods (ResNet50, CIFAR-100)", R50,
                      [("ce", "CE", method("zero", "ce")),
-                      ("gce", "GCE", method("zero", "gce")),
+                      ("gce", "GCE", method("gce")),
                       ("coteach", "Co-teaching", method("coteach")),
                       ("coteach+", "Co-teaching+ (Co-teaching in its first {--coteach-plus-init} epochs)",
                        method("coteach+")),
-                      ("forward", "Forward (the true T)", method("zero", "forward")),
+                      ("forward", "Forward (the true T)", method("forward")),
                       ("forward-anchor", "Forward (T̂ after {--warmup} epochs of CE, anchors below the "
-                                         "{--anchor-percentile}th percentile)", method("zero", "forward-anchor")),
-                      ("mentornet", "MentorNet PD (self-paced, no clean data)", method("zero", "mentornet")),
-                      ("dmi", "DMI (after {--warmup} epochs of CE)", method("zero", "dmi") + ["--warmup", "80"]),
-                      ("apl", "APL (NCE+RCE, α {--apl-alpha}, β {--apl-beta})", method("zero", "apl")),
-                      ("cdr", "CDR", method("zero", "cdr")),
+                                         "{--anchor-percentile}th percentile)", method("forward-anchor")),
+                      ("mentornet", "MentorNet PD (self-paced, no clean data)", method("mentornet")),
+                      ("dmi", "DMI (after {--warmup} epochs of CE)", method("dmi") + ["--warmup", "80"]),
+                      ("apl", "APL (NCE+RCE, α {--apl-alpha}, β {--apl-beta})", method("apl")),
+                      ("cdr", "CDR", method("cdr")),
                       ("trevision", "T-revision (T̂ after {--warmup} epochs of CE, anchors below the "
                                     "{--anchor-percentile}th percentile, reweighting, its ΔT in the last "
-                                    "{--trevision-revise})", method("zero", "trevision") + ["--trevision-revise", "50"]),
+                                    "{--trevision-revise})", method("trevision") + ["--trevision-revise", "50"]),
                       ("proselflc", "ProSelfLC", method("zero", "proselflc")),
                       ("progressive-proselflc", "CMD-P+ProSelfLC (η = 4)", method("progressive", "proselflc")),
                       ("progressive-proselflc-start", "CMD-P+ProSelfLC (η = {--eta}, the copy guide's start)",
@@ -202,9 +204,9 @@ PRESETS = {
                       ("progressive-mylc-start", "CMD-P+MyLC (η = {--eta}, the copy guide's start)",
                        method("progressive", "mylc") + ["--eta", ETA_START]),
                       ("joint-1", "Joint, step 1 (α {--joint-alpha}, β {--joint-beta}, relabelled from "
-                                  "{--joint-begin} of the run)", method("zero", "joint") + ["--joint-begin", "0.35"]),
+                                  "{--joint-begin} of the run)", method("joint") + ["--joint-begin", "0.35"]),
                       ("joint", "Joint (step 2: new networks on step 1's labels)",
-                       method("zero", "ce") + ["--labels-from", AFTER + "joint-1"]),
+                       method("joint2") + ["--labels-from", AFTER + "joint-1"]),
                       ("jocor", "JoCoR (λ {--jocor-lambda}; not in the paper)", method("jocor"))],
                      [*PAIR_NOISE, *sym(20, 40), ("idn40", "IDN 40%", noise("idn", 40), MEAN)],
                      missing=[("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
@@ -217,7 +219,7 @@ PRESETS = {
     "table4": [table("table4", "Table 4: self KD and MKD methods on different and same architectures "
                      "(CIFAR-100, sym 40%)", noise("sym", 40),
                      [("ce", "CE (baseline)", method("zero", "ce")),
-                      ("tfkd", "Tf-KD_reg (self KD)", method("zero", "tfkd")),
+                      ("tfkd", "Tf-KD_reg (self KD)", method("tfkd")),
                       ("proselflc", "ProSelfLC (self KD)", method("zero", "proselflc")),
                       ("mylc", "MyLC (self KD)", method("zero", "mylc")),
                       ("mkd", "MKD", method("mkd")),
@@ -434,6 +436,33 @@ def run_name(flags):
     parts += [f"{k[2:]}{f[k]}" for k in ("--eta", "--b", "--peers") if k in f]
     parts += [f"after-{after_row(f['--labels-from'])}"] if f.get("--labels-from", "").startswith(AFTER) else []
     return "-".join(parts + ([f["--arch"].replace(",", "+")] if "--arch" in f else []))
+
+
+# Runs made before the comparison's single-network methods were modes of their own (lab/methods/) name one as a label
+# correction trained with zero knowledge, --mode zero --lc NAME, and Joint's second step --mode zero --lc ce
+# --labels-from DIR: the same computation (tests/identity.py), which today's flags name --mode NAME and --mode joint2
+# (docs/table3-fmnist's runs were made so). as_today reads such a run's key and name as today's.
+CORRECTIONS_THEN = ("forward-anchor", "apl", "cdr", "dmi", "elr", "forward", "gce", "joint", "mentornet", "tfkd",
+                    "trevision")
+
+
+def as_today(key, name):
+    """(key, name) of a packed run in today's flags: a run made when the comparison's single-network methods were
+    corrections (CORRECTIONS_THEN) as the mode it is now; any other as it is."""
+    f = dict(zip(key[::2], key[1::2]))
+    then = f.get("--lc") if f.get("--mode") == "zero" else None
+    mode = then if then in CORRECTIONS_THEN else "joint2" if then == "ce" and "--labels-from" in f else None
+    if mode is None:
+        return key, name
+    out = []
+    for k, v in zip(key[::2], key[1::2]):
+        if k == "--lc":
+            continue
+        if k == "--labels-from" and isinstance(v, str) and v.startswith(AFTER) and "|" in v:
+            row, flags = v.split("|", 1)
+            v = row + "|" + " ".join(as_today(flags.split(" "), "")[0])
+        out += [k, mode if k == "--mode" else v]
+    return out, f"{mode}-{name[len(f'zero-{then}-'):]}" if name.startswith(f"zero-{then}-") else name
 
 
 def jobs(preset, scale, seeds, sweep_dir, extra=()):

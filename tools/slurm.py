@@ -29,7 +29,7 @@ from tools.paper_tables import MEAN, claim, finished_job
 from training import runfiles, source
 from training.errors import UserError
 
-TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
+TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab", "train.py")
 RECORD = "slurm.json"  # in a run folder: its job's id, where submitit keeps the job's files, the error if any
 SIGNAL_DELAY_S = 90    # submitit's default: a job is signalled this long before its limit, to stop and requeue
 MAX_TIMEOUTS = 10      # requeues at the time limit before a job gives up (preemptions do not count)
@@ -283,7 +283,8 @@ def submit(todo, args, sweep_dir, cluster="slurm", code=None):
                       f"submitting it again", flush=True)
             new.append((i, job))
     folder = os.path.join(os.path.abspath(sweep_dir), "slurm", "%j")
-    script_env = () if code is None else (os.path.join(os.path.abspath(code[0]), "train.py"), source.env(code[1]))
+    script_env = () if code is None else (os.path.join(os.path.abspath(code[0]), "lab", "train.py"),
+                                          source.env(code[1]))
     if new:
         ex = executor(args, folder, cluster, os.path.basename(sweep_dir), gpus_per_job(args, todo))
         for _, job in new:

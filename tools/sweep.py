@@ -12,7 +12,8 @@ MKD baselines, two architectures), table3 (CMD-P against every method of the pap
 ResNet50: at paper, fmnist or smoke scale), table5 (CMD-S eta), fig3 (b under noise rates, and under eta);
 beyond the paper, demo (the CPU demonstration of the mechanism) and cifar100n (zero knowledge and
 CMD-P under CIFAR-100N's human labels, paper scale only).
-Each run is a subprocess `train.py ...` writing DIR/<preset>-<scale>/<run>-s<seed>/, with --resume
+Each run is a subprocess `lab/train.py ...` (train.py with the lab's methods, which the tables' rows include) writing
+DIR/<preset>-<scale>/<run>-s<seed>/ with the code the sweep pinned in DIR/<preset>-<scale>/code/, with --resume
 when that folder already holds a started run; a run whose summary.json exists is skipped, so an
 interrupted sweep continues where it stopped (inside a run too, from its checkpoint). The tables go
 to DIR/<preset>-<scale>.md: the scale is in the name so that smoke, demo and paper tables never
@@ -45,13 +46,14 @@ import time
 import warnings
 
 from tools import slurm
-from tools.paper_tables import (CHECK_ONLY, KNOWLEDGE, MEAN, PRESETS, SCALES, cell_flags, claim, finished_job, grid,
-                                jobs, row_label, run_key, run_name, same_run)
+from tools.paper_tables import (CHECK_ONLY, KNOWLEDGE, MEAN, PRESETS, SCALES, as_today, cell_flags, claim, finished_job,
+                                grid, jobs, row_label, run_key, run_name, same_run)
 from tools.stats import final, mean_std, paired
 from training import runfiles, source
 from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
 
 CODE = "code"  # a sweep's pinned copy of the source, in its folder: every run it starts runs that code (source.pin)
+ENTRY = os.path.join("lab", "train.py")  # what runs each row: train.py with the comparison's methods registered
 
 
 # ---------------------------------------------------------------- running
@@ -70,7 +72,7 @@ def pin_code(sweep_dir):
 
 def run_jobs(todo, gpus=0, jobs=1, code=None):
     """Run the unfinished jobs, `gpus` at a time (each sees one GPU), else `jobs` at a time on the CPU (each
-    with an equal share of its cores as torch threads), each `train.py` of code (pin_code's: its folder and
+    with an equal share of its cores as torch threads), each `lab/train.py` of code (pin_code's: its folder and
     code.json; None: this checkout's). Returns {name: error}."""
     pending, failed, running = [], {}, {}
     for i, job in enumerate(todo):
@@ -89,7 +91,7 @@ def run_jobs(todo, gpus=0, jobs=1, code=None):
                 ready = next((p for p in pending if blocked(p[1], todo, failed) is None), None)
                 if slot not in running and ready is not None:
                     pending.remove(ready)
-                    running[slot] = start(*ready, slots[slot], os.path.join(folder, "train.py"))
+                    running[slot] = start(*ready, slots[slot], os.path.join(folder, ENTRY))
             stuck = not running and all(blocked(job, todo, failed) for _, job in pending)  # its run is elsewhere
             for i, job in [p for p in pending if stuck or blocked(p[1], todo, failed) == "failed"]:
                 pending.remove((i, job))
@@ -182,7 +184,8 @@ def read_raw(path):
                 "\\" not in name and "\0" not in name):
             raise UserError(f"{path}: line {i} is not a run as --pack writes it (a name that is a folder's, its "
                             f"key, summary and rows); give the runs.jsonl.gz a sweep packed")
-        runs[name] = r
+        key, name = as_today(r["key"], name)  # a run made when the comparison's methods were corrections
+        runs[name] = dict(r, key=key, name=name)
     return list(runs.values())
 
 
@@ -290,7 +293,7 @@ def print_commands(argvs):
     """--dry-run: each train.py command on a line, as a shell takes it."""
     try:
         for argv in argvs:
-            print(shlex.join(["python", "train.py", *argv]))
+            print(shlex.join(["python", ENTRY, *argv]))
         sys.stdout.flush()
     except BrokenPipeError:  # | head: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -523,7 +526,9 @@ def check_flags(todo, extra):
     have. UserError naming them. Each run is given only the knobs after -- that its mode and label correction
     read (config.knobs_for; its argv changed in place). Then every run's train.py flags go through train.py's own
     checks (config.resolve): one that train.py would refuse ends the sweep with train.py's one-line error, exit 2."""
-    from training import config  # imports torch: only here, so the tables' tests need none
+    import lab  # imports torch: only here, so the tables' tests need none
+    from training import config  # likewise
+    lab.register()  # the tables' rows include the comparison's methods, the lab's modes
     set_by_grid = set().union(*(config.given(job["key"]) for job in todo)) | {"out"}
     clash = sorted(config.given(extra) & set_by_grid)
     if clash:

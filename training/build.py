@@ -5,13 +5,12 @@ pick_device  -- the torch.device of --device (training/config.py's add_device_fl
 Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
 load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
 given_labels -- the labels a run trains on: CIFAR-N's human ones, or noise.add_noise's; a refusal in one line
-data_and_labels -- train.py's data: load_data, --check-images (check_files), the labels the run trains on, and the
-                labels --labels-from gives
+data_and_labels -- train.py's data: load_data, --check-images (check_files), the labels the run trains on
 weights_meta -- what the final weights file records beside the weights (evaluate.py reads it)
 check_train_size -- enough training samples for a batch on every process, checked before anything is written
 batch_args   -- Batches' settings for the training set
 eval_batches -- one Batches per test set
-build_models -- models A and B (or a cohort), their SGD optimisers and lr schedules, seeded by --seed
+build_models -- models A and B (or a cohort), their optimisers and lr schedules, seeded by --seed
 check_input_size -- each model takes the training images' size, checked before anything is written
 """
 import math
@@ -24,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 import models
+from mutual import MODES
 from noise import NOISE, add_noise, check_rate
 from training import datasets, graph, images, rundir
 from training.cifar_n import human_labels
@@ -91,8 +91,7 @@ def given_labels(args, d, train, keep):
 
 def data_and_labels(args, run, setup):
     """load_data, --check-images, and the labels trained on (the run's own on resume); bad data: one line.
-    Returns (Data, the training set, the test sets, the given labels of the training set, and each model's labels
-    as rows (M, n, K) that --labels-from gives, or None)."""
+    Returns (Data, the training set, the test sets, the given labels of the training set)."""
     try:
         d, train, tests, keep = load_data(args)
         if args.check_images:
@@ -109,9 +108,7 @@ def data_and_labels(args, run, setup):
     realised = "-" if args.noise == "none" else f"{np.mean(noisy != train.labels):.3f}"  # none: unknown, or 0
     setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise {realised}) " +
               " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
-    rows = None if args.labels_from is None else rundir.load_labels(
-        args.labels_from, noisy, args.peers, d.num_classes, setup.config).to(setup.device)
-    return d, train, tests, noisy, rows
+    return d, train, tests, noisy
 
 
 def check_files(args, train, tests, log):
@@ -177,15 +174,17 @@ def weights_meta(args, d, train):
                 std=d.std)
 
 
-def build_models(args, num_classes, train, setup):
-    """Models A and B (or the cohort's), their SGD optimisers and lr schedules, built before anything is
-    written, and checked to take the training images' size."""
+def build_models(args, num_classes, train, setup, method=None):
+    """Models A and B (or the cohort's), their optimisers (SGD at the run's flags, or the mode's own:
+    registry.Mode.optimiser, of method) and lr schedules, built before anything is written, and checked to take the
+    training images' size."""
     torch.manual_seed(args.seed)
+    own = None if method is None else MODES[method.mode].optimiser
     try:
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
         nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
         opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-                for n in nets]
+                if own is None else own(n.parameters(), args, method) for n in nets]
         lr_scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e).splitlines()[0]) from None

@@ -4,7 +4,7 @@
 get_args        -- the flags
 settings        -- train.py's first step: the flags resolved and checked, and the method they make (a Settings)
 resolve         -- fill every unset flag from the mode and the presets; refuse contradictions and bad values:
-                   the method, the label noise, the models, the optimiser, the stages and the run directory in turn
+                   the method, the label noise, the models, the optimiser, what the mode needs, the run directory
 method_of       -- the mutual.Method (with its Comparators) of the resolved flags
 
 The method's own hyperparameters become a mutual.Method (method_of); nothing
@@ -20,7 +20,8 @@ from typing import NamedTuple
 import models
 import schedule
 from label_correction import LABEL_CORRECTIONS
-from mutual import ALIASES, CMD_MODES, MODES, NAMES, THRESHOLDS, Comparators, Method, knobs_read
+import mutual
+from mutual import ALIASES, CMD_MODES, MODES, NAMES, THRESHOLDS, Method, knobs_read
 from noise import NOISE
 from training import cifar_n, datasets
 from training.errors import Parser, UserError
@@ -61,9 +62,14 @@ def canonical(names):
 
 
 def knobs_of(kind):
-    """The fields of mutual.Method or mutual.Comparators that are flags (Method.comparators and Method.noise are
+    """The fields of mutual.Method or mutual.Comparators that are flags (Method.comparators, .noise and .state are
     not)."""
     return [f for f in fields(kind) if "help" in f.metadata]
+
+
+def knobs():
+    """Every knob: the fields of Method, then of Comparators as the modes registered now declare them."""
+    return knobs_of(Method) + knobs_of(mutual.Comparators)
 
 
 def method_flags(p):
@@ -71,8 +77,8 @@ def method_flags(p):
     default and help text: they are their one source. --mode, --lc, --eta and --b default per --mode (resolve),
     the rest to the field's value."""
     for kind, title in ((Method, "method (mutual.py's Method; defaults: CMD-P + MyLC)"),
-                        (Comparators, "comparators (mutual.py's Comparators: the settings of the methods CMD is "
-                                      "compared with)")):
+                        (mutual.Comparators, "settings of the modes (mutual.py's Comparators: MKD's, and those of the "
+                                             "modes python lab/train.py adds)")):
         g = p.add_argument_group(title)
         for f in knobs_of(kind):
             flag, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
@@ -85,14 +91,15 @@ def method_flags(p):
             elif f.name in ("eta", "b"):
                 per_mode = ", ".join(f"{m} {eta_b[f.name == 'b']:g}" for m, eta_b in THRESHOLDS.items())
                 g.add_argument(flag, type=float, help=f"{help} (default per --mode: {per_mode})")
-            else:  # a knob whose default is None (forget_rate) takes a number
-                g.add_argument(flag, type=float if f.default is None else type(f.default), default=f.default,
-                               help=help)
+            else:  # a knob whose default is None (forget_rate) takes a number, unless it says otherwise
+                kind = f.metadata.get("kind") or (float if f.default is None else type(f.default))
+                g.add_argument(flag, type=kind, default=f.default, help=help,
+                               metavar="DIR" if kind is str and f.default is None else None)
 
 
 def method_of(args):
     """The mutual.Method of resolved flags, with the comparators' settings in its Comparators."""
-    comparators = Comparators(**{f.name: getattr(args, f.name) for f in knobs_of(Comparators)})
+    comparators = mutual.Comparators(**{f.name: getattr(args, f.name) for f in knobs_of(mutual.Comparators)})
     noise = (args.noise, args.rate) if NOISE[args.noise].takes_rate else None  # synthetic: its T is known
     return Method(**{f.name: getattr(args, f.name) for f in knobs_of(Method)}, comparators=comparators, noise=noise)
 
@@ -148,10 +155,6 @@ def parser():
                        f"{n}'s {h.name} ({', '.join(h.keys)}; default {h.default})" for n, h in human.items()
                        if None not in h.keys) + " (CIFAR-10N's worst is about 40%% wrong; aggre: majority vote of "
                                                 "three; random1-3: one annotator each)")
-    g.add_argument("--labels-from", metavar="DIR",
-                   help="train each model from scratch on the labels a finished --lc joint run in DIR ended with, "
-                        "each model on its counterpart's (A on DIR's A): Joint optimisation's second step. The given "
-                        "labels are DIR's, so give the data and noise flags as it had them")
     g.add_argument("--augment", choices=("paper", "none"), default="paper",
                    help="training augmentation: the paper's crops and flips (appendix; mnist: crops only, a flipped "
                         "digit is another digit), or none")
@@ -237,17 +240,17 @@ LIMITS = {
     "synthetic_difficulty": (lambda v: 0 <= v < math.inf, "at least 0"),
     "synthetic_shift": (lambda v: v >= 0, "at least 0 pixels"),
 }
-LIMITS.update({f.name: f.metadata["check"] for f in knobs_of(Method) + knobs_of(Comparators) if f.metadata["check"]})
 
 
 def check_values(args, read):
     """Refuse values no run can use, naming the flag and what it must be: every flag the run reads (a knob of the
     method that its mode and label correction do not read (not in read), refuse_unread has refused at any other
     value)."""
-    knobs = set(knob_flags().values())
-    for dest, (test, what) in LIMITS.items():
+    names = set(knob_flags().values())
+    limits = {**LIMITS, **{f.name: f.metadata["check"] for f in knobs() if f.metadata["check"]}}
+    for dest, (test, what) in limits.items():
         v = getattr(args, dest)
-        if v is not None and (dest in read or dest not in knobs) and not test(v):
+        if v is not None and (dest in read or dest not in names) and not test(v):
             raise UserError(f"--{dest.replace('_', '-')} {v}: must be {what}")
     if any(m < 1 for m in args.milestones):
         raise UserError(f"--milestones {','.join(map(str, args.milestones))}: each is the epoch after which the lr "
@@ -269,30 +272,12 @@ def resolve(args):
     resolve_noise(args, read)
     archs = resolve_models(args)
     resolve_optimiser(args, archs[0], read)
-    if args.warmup >= args.epochs:
-        raise UserError(f"--warmup {args.warmup} fills the run's --epochs {args.epochs}: --lc {args.lc} would never "
-                        f"train; give --warmup below --epochs")
-    check = LABEL_CORRECTIONS[args.lc].check
-    why = check(args) if check else None  # what the label correction needs of the run (label_correction.py)
+    check = MODES[args.mode].check
+    why = check(args, method_of(args)) if check else None  # what a mode beyond the paper needs of the run (lab/)
     if why:
         raise UserError(why)
-    check_stages(args)
     resolve_out(args)
     return args
-
-
-def check_stages(args):
-    """What the label correction's stages that act in this run need of it (registry.Stage): one process, for a stage
-    reads every training sample's prediction; and a step that is not replayed, where a stage brings its optimiser."""
-    m = method_of(args)
-    for stage in LABEL_CORRECTIONS[args.lc].stages:
-        start = stage.start(m, args.epochs)
-        if start is not None and stage.predictions and "RANK" in os.environ:
-            raise UserError(f"--lc {args.lc}'s {stage.name} stage reads every training sample's prediction in one "
-                            f"process: not under torchrun")
-        if start is not None and stage.optimiser is not None and args.graph in ("capture", "compile"):
-            raise UserError(f"--lc {args.lc}'s {stage.name} stage changes each model's optimiser from epoch "
-                            f"{start + 1}, which a replayed step (--graph {args.graph}) cannot follow; use --graph off")
 
 
 class Settings(NamedTuple):
@@ -342,37 +327,23 @@ def resolve_method(args):
     args.lc = args.lc or Method().lc
     read = knobs_read(args.mode, args.lc)
     refuse_unread(args, read)
-    if args.labels_from is not None:
-        check_labels_from(args)
     return read
-
-
-def check_labels_from(args):
-    """--labels-from: a mode that trains on given labels it may be handed (Eqs. 3-6), and no relabelling of its own.
-    rundir.load_labels reads the folder's labels once the data is loaded (a sweep's second step names a folder its
-    first step has yet to fill)."""
-    if MODES[args.mode].thresholds is None:
-        raise UserError(f"--labels-from: --mode {args.mode} trains on the given integer labels; use --mode "
-                        f"{'/'.join(CMD_MODES)}")
-    if any(stage.rows is not None for stage in LABEL_CORRECTIONS[args.lc].stages):
-        raise UserError(f"--labels-from with --lc {args.lc}: its stages make each sample's rows themselves; use --lc "
-                        f"ce for Joint optimisation's second step")
 
 
 def knob_flags():
     """{--flag: the field} of every knob of Method and Comparators."""
-    return {"--" + f.name.replace("_", "-"): f.name for f in knobs_of(Method) + knobs_of(Comparators)}
+    return {"--" + f.name.replace("_", "-"): f.name for f in knobs()}
 
 
 def refuse_unread(args, read):
     """A knob of Method or Comparators set to a value other than its default that neither --mode nor --lc reads
     (mutual.knobs_read): refused in one line, so that no run carries, or is named by, a setting that changed
     nothing. η and b are resolve_method's own. read: the knobs the run reads."""
-    for f in knobs_of(Method) + knobs_of(Comparators):
+    for f in knobs():
         if f.name in read or f.name in ("eta", "b") or getattr(args, f.name) == f.default:
             continue
         by = [f"--mode {m}" for m, x in MODES.items() if f.name in (*x.knobs, *x.settings)] + [
-            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if f.name in (*x.knobs, *x.settings)]
+            f"--lc {c}" for c, x in LABEL_CORRECTIONS.items() if f.name in x.knobs]
         raise UserError(f"--{f.name.replace('_', '-')} {getattr(args, f.name)}: --mode {args.mode} with --lc {args.lc} "
                         f"does not read it (only {', '.join(by)} {'do' if len(by) > 1 else 'does'}); drop it")
 
@@ -438,8 +409,8 @@ def resolve_noise(args, read):
 def rate_defaults(args, read):
     """The settings the run reads (read) whose default is the noise rate (a None default: --forget-rate, --cdr-rate)
     and that it is not given."""
-    return [f.name for f in knobs_of(Comparators) if f.default is None and f.name in read and getattr(args, f.name)
-            is None]
+    return [f.name for f in knobs_of(mutual.Comparators) if f.default is None and f.name in read and
+            getattr(args, f.name) is None and (f.metadata.get("kind") or float) is float]
 
 
 def resolve_models(args):
@@ -506,13 +477,12 @@ def run_name(args, omit=(), lr=None):
     arch = (archs[0] if len(set(archs)) == 1 else "+".join(archs)) + ("" if args.peers == 2 else f"-x{args.peers}")
     eta, b = THRESHOLDS.get(args.mode, (None, None))
     read, rate = knobs_read(args.mode, args.lc), args.rate if NOISE[args.noise].takes_rate else None
-    default = {**vars(Method()), **vars(Comparators()), "eta": eta, "b": b}
-    default.update({f.name: rate for f in knobs_of(Comparators) if f.default is None and f.name in read})
-    knobs = [f.name for f in knobs_of(Method) + knobs_of(Comparators) if f.name not in ("mode", "lc")]
-    method = args.mode + "".join(
-        f"-{getattr(args, k)}" if isinstance(getattr(args, k), str) else f"-{k.replace('_', '-')}{getattr(args, k):g}"
-        for k in knobs if getattr(args, k) != default[k])
-    lc = args.lc + (f"-from-{os.path.basename(os.path.normpath(args.labels_from))}" if args.labels_from else "")
-    parts = dict(dataset=args.dataset, noise=noise, method=method, lc=lc, arch=arch,
+    default = {**vars(Method()), **vars(mutual.Comparators()), "eta": eta, "b": b}
+    default.update({f.name: rate for f in knobs_of(mutual.Comparators) if f.default is None and f.name in read})
+    names = [f.name for f in knobs() if f.name not in ("mode", "lc")]
+    method = args.mode + "".join(  # a string knob by its value (a folder's by its last part), a number by its name too
+        f"-{os.path.basename(os.path.normpath(getattr(args, k)))}" if isinstance(getattr(args, k), str) else
+        f"-{k.replace('_', '-')}{getattr(args, k):g}" for k in names if getattr(args, k) != default[k])
+    parts = dict(dataset=args.dataset, noise=noise, method=method, lc=args.lc, arch=arch,
                  lr=None if lr is None else f"lr{lr}", seed=f"s{args.seed}")
     return "-".join(v for k, v in parts.items() if v is not None and k not in omit)

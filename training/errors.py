@@ -11,6 +11,7 @@ one_line  -- around a main: a UserError becomes `PROG: error: <message>` on stde
              (where stop_on_sigterm asked for it) the same line and 143. Any other exception is a bug, and keeps
              its traceback.
 Terminated, stop_on_sigterm -- SIGTERM raised as Ctrl-C's KeyboardInterrupt is, so that it stops a run alike
+stop_early -- before torch is imported: a Ctrl-C or SIGTERM then stops an entry point in its one line (EARLY)
 
 Every input is checked before the first file is written, so a refused run leaves nothing behind.
 No torch here: the tools that need none (plot, sweep) import this without it.
@@ -86,6 +87,22 @@ def exit_code(err):
 
 def terminated(signum, frame):
     raise Terminated()
+
+
+EARLY = "stopped by Ctrl-C before training started; run the command again to start"
+
+
+def stop_early(prog):
+    """Before torch is imported: a Ctrl-C or SIGTERM while it imports stops as quietly as one later, in prog's line
+    (train.py's, the lab's entry's), and exits at once by os._exit, since a SystemExit raised inside an import can be
+    caught there, and lost. A SIGTERM the process ignores stays ignored (tools/slurm.py starts runs so)."""
+    def stopped(signum, frame):
+        print(f"{prog}: {EARLY.replace('Ctrl-C', 'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C')}",
+              file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+    signal.signal(signal.SIGINT, stopped)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, stopped)
 
 
 def stop_on_sigterm():

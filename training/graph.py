@@ -5,8 +5,8 @@ not the device, sets the pace. The step never waits for the device, so all of it
 objective, the backward, every SGD update and the epoch's sums -- can be captured once as a CUDA graph and
 replayed with one launch. What changes from step to step reaches the replay in device tensors filled in place
 before it: the batch, Eq. 7's chi, MyLC's r (Eq. 8), ProSelfLC's t/Γ (and MentorNet's ⌊100 t/Γ⌋), and the lr,
-which the lr schedule fills at its milestones. What the step takes as host numbers -- the batch's shape, and for the small-loss
-comparators R(t) and Co-teaching+'s rules (registry.Mode.rule) -- is the graph's key: a step with a new key is
+which the lr schedule fills at its milestones. What the step takes as host numbers -- the batch's shape, and for the modes beyond the
+paper their rules (registry.Mode.rule: R(t), a warm-up) -- is the graph's key: a step with a new key is
 captured anew. The last, smaller batch of an epoch gets a graph of its own, so every sample trains as in the
 eager step (no drop_last).
 
@@ -32,7 +32,8 @@ from training.errors import UserError
 WARMUP = 3  # eager steps of each batch shape before it is captured: cuDNN's autotuner, lazy CUDA state
 # torch.compile's options per device type: CUDA graphs of the compiled code on CUDA, inductor's default on CPU
 COMPILE = {"cuda": dict(mode="reduce-overhead"), "cpu": {}}
-# a comparator's R(t) gives a new key every epoch for T_k epochs: room for them before torch.compile gives up
+# a mode's rule (a small-loss method's R(t)) gives a new key every epoch for T_k epochs: room for them before
+# torch.compile gives up
 RECOMPILE_LIMIT = 64
 # Whether --graph auto captures on CUDA. Off until tests/test_graph.py's cuda tests (graphed = eager, no sync on
 # replay) have passed on a device: the capture has run only on the CPU's compile path so far, and the default
@@ -94,14 +95,12 @@ def place_lr(opts, how, device):
 
 def key(method, clock, batch):
     """What a captured step bakes in from host numbers: the batch's shape and length, and what the mode's rule gives
-    at this clock (registry.Mode.rule: R(t) of the small-loss comparators sets how many samples topk keeps;
-    Co-teaching+'s rules choose branches). The rest of the clock the step reads is t/Γ, which the replay reads as a
-    tensor. With a warm-up (Method.warmup), also which label correction the step trains by: CE in the warm-up's
-    epochs, --lc's after them (mutual.correction)."""
-    shape = (*batch[0].shape, len(batch))  # a batch with a stage's rows carries them: a fourth tensor
-    stage = (clock.epoch < method.warmup,) if method.warmup else ()
+    at this clock (registry.Mode.rule: R(t) of the small-loss methods sets how many samples topk keeps, Co-teaching+'s
+    rules and a warm-up choose branches). The rest of the clock the step reads is t/Γ, which the replay reads as a
+    tensor."""
+    shape = (*batch[0].shape, len(batch))  # a batch with a mode's per-sample rows carries them: a fourth tensor
     rule = MODES[method.mode].rule
-    return (shape, *stage) if rule is None else (shape, rule(method, clock), *stage)
+    return (shape,) if rule is None else (shape, rule(method, clock))
 
 
 class Graph(NamedTuple):
@@ -120,7 +119,7 @@ class Replayed:
 
     chi, t/Γ and r are copied into one set of static device tensors before every step (chi: one per model, as
     Method.chis_at gives it, or one per run and model as tools.batched gives it); each graph copies the batch into its own. The clock the replay reads is a namespace holding t/Γ as that tensor, and, for the
-    small-loss comparators, the host numbers of the first clock of its key (the others give the same key).
+    modes with a rule, the host numbers of the first clock of its key (the others give the same key).
     """
 
     def __init__(self, how, step, method, device):
@@ -180,7 +179,7 @@ class Replayed:
         for static, r_k in zip(self.r, r):
             static.copy_(r_k)
         if k not in self.clocks:
-            host = clock._asdict() if MODES[self.method.mode].rule or self.method.warmup else {}
+            host = clock._asdict() if MODES[self.method.mode].rule else {}
             self.clocks[k] = types.SimpleNamespace(**host, progress=self.progress, percent=self.percent)
         return self.clocks[k]
 

@@ -122,8 +122,8 @@ def evaluate(nets, evals, autocast, device, ranks=ALONE):
 @torch.no_grad()
 def predictions(nets, batches, autocast):
     """Each model's predicted probabilities on every sample of batches (an eval Batches: in order, no
-    augmentation), in eval mode: a list of (N, K) float32 CPU tensors. For a label correction's stages
-    (training/stages.py)."""
+    augmentation), in eval mode: a list of (N, K) float32 CPU tensors: what a mode beyond the paper learns from
+    between epochs (lab/stages.py), or a tool's per-sample probabilities."""
     for n in nets:
         n.eval()
     out = [[] for _ in nets]

@@ -14,7 +14,6 @@ resume_command  -- the command line that resumes a run
 add_seconds     -- add the time of an epoch cut short to the checkpoint's total
 restore         -- put a checkpoint's state back into the models, optimisers and lr schedulers
 save_weights    -- the final models as plain state_dicts (model_a.pt, model_b.pt) and weights.json
-save_labels, load_labels -- the rows a run's stage keeps (labels.npz), and --labels-from's reading of them
 uninterrupted   -- hold a Ctrl-C or SIGTERM back while an epoch's files are written
 record_start    -- config.json at the start, and a line of provenance for each resumption
 (the files' own readers and writers, and the state they say a run is in, are runfiles.py)
@@ -185,7 +184,7 @@ def save_checkpoint(out, config, epoch, models, r, seconds, states=None):
 
     models: Models; r: MyLC's r of each model (device tensors);
     seconds: the run's training time up to here, summed over every process that worked on it;
-    states: what the label correction's stages have made (mutual.Method.state: {name: each model's}), or None.
+    states: what the mode has made between epochs (mutual.Method.state: {name: each model's}), or None.
     """
     device = r[0].device
     state = dict(config=config, epoch=epoch, rng_cpu=torch.get_rng_state(), seconds=seconds)
@@ -258,65 +257,6 @@ def save_weights(out, nets, archs, meta):
         _save(state, os.path.join(out, f"model_{k}.pt"))
         info[f"model_{k}"] = dict(file=f"model_{k}.pt", arch=arch)
     write_json(out, "weights.json", info)
-
-
-LABELS = "labels.npz"  # the rows a run's stage keeps after its last epoch (Joint optimisation's labels): one (n, K)
-# array per model, named by NAMES
-LABEL_SUM_TOLERANCE = 1e-4  # how far from 1 a loaded label's sum may be (float32 means of softmax rows: within 1e-6)
-
-
-def save_labels(out, rows):
-    """The rows a run's stage kept after its last epoch (training/stages.kept: Joint optimisation's labels): (M, n,
-    K), model k's under NAMES[k]."""
-    with runfiles.replacing(os.path.join(out, LABELS), "wb") as f:
-        np.savez(f, **{k: r.detach().cpu().numpy() for k, r in zip(NAMES, rows)})
-
-
-SAME_DATA = ("dataset", "image_size", "subset", "subset_seed", "val_split", "noise", "rate", "noise_key",
-             "synthetic_size", "synthetic_test_size", "synthetic_classes", "synthetic_shift", "synthetic_difficulty")
-
-
-def load_labels(src, noisy, m, num_classes, config):
-    """--labels-from src: the labels src's relabelling run ended with (save_labels), as float32 rows (m, n, K), read
-    without pickles; RunError (one line) unless src is a run's folder that holds them, made with this run's data
-    settings (SAME_DATA, of config) and given labels noisy (n,), with m models."""
-    path = os.path.join(src, LABELS)
-    if os.path.isfile(src):
-        raise RunError(f"--labels-from {src} is a file: give the folder of the --lc joint run that wrote it")
-    if not os.path.isfile(path):
-        raise RunError(f"--labels-from {src} holds no {LABELS}: give the folder of a finished --lc joint run")
-    try:
-        theirs = read_json(src, "config.json")
-    except (OSError, ValueError):
-        theirs = {}  # its labels and given labels are still checked below
-    differ = [k for k in SAME_DATA if k in theirs and theirs[k] != config.get(k)]
-    if differ:
-        raise RunError(f"--labels-from {src} was trained on other data: its --{differ[0].replace('_', '-')} was "
-                       f"{theirs[differ[0]]}, this run's is {config.get(differ[0])}; give the data and noise flags "
-                       f"as it had them")
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            rows = [f[k] for k in NAMES[:m]]
-        given = np.load(os.path.join(src, "noisy_labels.npy"), allow_pickle=False)
-    except (OSError, ValueError, KeyError) as e:
-        raise RunError(f"--labels-from {src}: {path} or its noisy_labels.npy cannot be read with {m} models' labels "
-                       f"({type(e).__name__}); give the folder of a finished --lc joint run of {m} "
-                       f"models") from None
-    if not np.array_equal(given, noisy):
-        raise RunError(f"--labels-from {src} trained on other given labels than this run's (its dataset, --subset, "
-                       f"--val-split, --noise, --rate or --seed differ); give them as that run did")
-    if any(r.shape != (len(noisy), num_classes) or not np.all(np.isfinite(r)) for r in rows):
-        raise RunError(f"--labels-from {src}: {path} does not hold {m} finite ({len(noisy)}, {num_classes}) arrays; "
-                       f"give the folder of a finished --lc joint run")
-    for k, r in zip(NAMES, rows):  # each sample's label a distribution: non-negative, summing to 1
-        bad = np.flatnonzero((r.min(1) < 0) | (np.abs(r.sum(1, dtype=np.float64) - 1) > LABEL_SUM_TOLERANCE))
-        if len(bad):
-            raise RunError(f"--labels-from {src}: model {k.upper()}'s label of sample {bad[0]} is not a distribution "
-                           f"(it sums to {r[bad[0]].sum(dtype=np.float64):.3f}, its least entry is "
-                           f"{r[bad[0]].min():.3g}; {len(bad)} such samples): give the folder of a finished --lc joint "
-                           f"run, whose labels are its models' mean predictions")
-    return torch.as_tensor(np.stack(rows), dtype=torch.float32)
-
 
 
 def restore(ckpt, models, device):
@@ -410,8 +350,8 @@ class Run:
         return None if self.ckpt is None else load_noisy_labels(self.out, n, num_classes)
 
     def states(self, device):
-        """What the label correction's stages had made (mutual.Method.state: {name: each model's}), as the checkpoint
-        holds it; None for a fresh run, or one none of whose stages had acted."""
+        """What the mode had made between epochs (mutual.Method.state: {name: each model's}), as the checkpoint holds
+        it; None for a fresh run, or one whose mode had made nothing."""
         if self.ckpt is None:
             return None
         names = dict.fromkeys(key[len("state_"):key.rindex("_")] for key in self.ckpt if key.startswith("state_"))
@@ -444,7 +384,7 @@ class Run:
         """The epoch's metrics line, entropy histograms and checkpoint, as one: a Ctrl-C or SIGTERM lands after
         them, and when one cannot be written (runfiles.WriteError) the others are taken back: metrics.jsonl
         never holds an epoch that the checkpoint does not. chis: the step's χ of each model (Method.chis_at) at
-        the epoch's start and end; states: what the stages have made (Method.state), or None."""
+        the epoch's start and end; states: what the mode has made between epochs (Method.state), or None."""
         seconds = self.stopwatch.tick()
         with uninterrupted():
             if self.writes:
@@ -461,14 +401,11 @@ class Run:
                     raise
             self.stopwatch.saved = row["epoch"]
 
-    def finish(self, row, models, meta, labels=None):
-        """The final weights, a relabelling run's final labels (save_labels) and summary.json (written last: its
-        presence marks the run finished)."""
+    def finish(self, row, models, meta):
+        """The final weights and summary.json (written last: its presence marks the run finished)."""
         summary = final_accuracies(row if row is not None else last_metrics(self.out))
         summary.update(epochs=self.config["epochs"], seconds=round(self.stopwatch.total(), 1))
         save_weights(self.out, models.nets, self.config["arch"].split(","), meta)
-        if labels is not None:
-            save_labels(self.out, labels)
         write_json(self.out, "summary.json", summary)
         return summary
 

@@ -22,9 +22,9 @@ PINNED = "code.json"  # in a pinned copy: the digest, commit and dirtiness of wh
 
 
 def _is_source(path):
-    """A .py file at the root or in a package of it (a folder with __init__.py), tests aside."""
+    """A .py file at the root or in a package of it (a folder with __init__.py, at any depth), tests aside."""
     parts = path.split("/")
-    return path.endswith(".py") and len(parts) <= 2 and parts[0] != "tests" and not parts[-1].startswith("test_") \
+    return path.endswith(".py") and "tests" not in parts[:-1] and not parts[-1].startswith("test_") \
         and parts[-1] != "conftest.py"
 
 
@@ -46,16 +46,19 @@ def _tracked(root, untracked=True):
 
 def files(root=None):
     """The source files of the tree at root, relative paths in sorted order: in a checkout those git tracks or does
-    not ignore, every one present elsewhere. Packages are the folders directly under root that hold an __init__.py."""
+    not ignore, every one present elsewhere. A package is a folder that holds an __init__.py, inside the root or inside
+    a package (lab/methods/ in lab/)."""
     root = root or ROOT
     found = _tracked(root)
     if found is None:
-        found = [name for name in os.listdir(root) if name.endswith(".py")]
-        found += [f"{d}/{name}" for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "__init__.py"))
-                  for name in os.listdir(os.path.join(root, d)) if name.endswith(".py")]
-    packages = {p.split("/")[0] for p in found if p.endswith("/__init__.py")}
-    return sorted(p for p in found if _is_source(p) and (p.count("/") == 0 or p.split("/")[0] in packages)
-                  and os.path.isfile(os.path.join(root, p)))
+        found = [os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/")
+                 for d, dirs, names in os.walk(root) for name in names if name.endswith(".py")]
+    packages = {os.path.dirname(p) for p in found if p.endswith("/__init__.py")}
+
+    def in_packages(p):  # every folder on its way down is a package
+        parts = p.split("/")[:-1]
+        return all("/".join(parts[:i + 1]) in packages for i in range(len(parts)))
+    return sorted(p for p in found if _is_source(p) and in_packages(p) and os.path.isfile(os.path.join(root, p)))
 
 
 def digest(root=None):

@@ -15,7 +15,7 @@ import pytest
 submitit = pytest.importorskip("submitit", reason="tools.sweep --launcher slurm needs submitit (requirements.txt)")
 from tools import paper_tables, slurm, sweep  # noqa: E402
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 SMOKE = ["table1", "--scale", "smoke"]  # its grid: Zero and All under LS, one epoch of a small cnn each
 SUBMIT = ["--launcher", "slurm", "--slurm-time", "10"]
 
@@ -192,15 +192,15 @@ def test_a_time_limit_must_hold_the_slowest_measured_epoch(tmp_path, capsys):
     assert os.listdir(run) == ["metrics.jsonl"]
     rc, text, err = submit(capsys, *SMOKE, "--out", str(tmp_path), "--launcher", "slurm", "--slurm-time", "11",
                            "--dry-run")
-    assert rc == 0 and text.count("python train.py") == 2, err
+    assert rc == 0 and text.count("python lab/train.py") == 2, err
 
 
 def test_a_run_that_reads_another_is_submitted_once_that_one_has_finished(tmp_path, capsys, monkeypatch):
     """Joint optimisation's second step (paper_tables.AFTER): the first call submits step 1 alone and shows step 2
     queued; once step 1 has finished, the same command submits step 2, which reads step 1's labels."""
     t = paper_tables.table("joint", "Joint, two steps", [], [
-        ("joint-1", "step 1", paper_tables.method("zero", "joint") + ["--joint-begin", "0.35"]),
-        ("joint", "step 2", paper_tables.method("zero", "ce") + ["--labels-from", paper_tables.AFTER + "joint-1"])],
+        ("joint-1", "step 1", paper_tables.method("joint") + ["--joint-begin", "0.35"]),
+        ("joint", "step 2", paper_tables.method("joint2") + ["--labels-from", paper_tables.AFTER + "joint-1"])],
         [("pair20", "Pair 20%", ["--noise", "pair", "--rate", "0.2"], paper_tables.MEAN)], smoke_rows=None)
     monkeypatch.setitem(paper_tables.PRESETS, "joint", [t])
     out = str(tmp_path / "slurm")
@@ -211,5 +211,5 @@ def test_a_run_that_reads_another_is_submitted_once_that_one_has_finished(tmp_pa
     assert rc == 0 and text.count("submitted as job") == 1 and "skipped (summary.json exists)" in text, text
     md = read(os.path.join(out, "joint-smoke.md"))
     assert re.search(r"\| step 1 \| \d+\.\d\d", md) and re.search(r"\| step 2 \| \d+\.\d\d", md), md
-    step2 = json.load(open(os.path.join(out, "joint-smoke", "zero-ce-pair20-after-joint-1-s0", "config.json")))
-    assert step2["labels_from"].endswith("zero-joint-pair20-s0")
+    step2 = json.load(open(os.path.join(out, "joint-smoke", "joint2-pair20-after-joint-1-s0", "config.json")))
+    assert step2["labels_from"].endswith("joint-pair20-s0")

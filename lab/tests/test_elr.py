@@ -1,4 +1,4 @@
-"""ELR (Liu et al. 2020, "Early-Learning Regularization Prevents Memorization of Noisy Labels"), --lc elr: its loss
+"""ELR (Liu et al. 2020, "Early-Learning Regularization Prevents Memorization of Noisy Labels"), --mode elr: its loss
 and its running target against a transcription of the authors' code, and its stage from the first epoch on. That it
 trains alone and under CMD, and resumes bit for bit, the registry's tests hold for every entry (test_train,
 test_stops)."""
@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import train
-from label_correction import LABEL_CORRECTIONS, elr_loss, elr_target
-from mutual import NAMES
+from lab.methods.elr import elr_loss, elr_target
+from mutual import MODES, NAMES
 
 
 class ElrLoss(nn.Module):
@@ -68,18 +68,18 @@ def test_the_stage_renews_every_samples_target_from_the_first_epoch(tmp_path):
     from training.report import predictions
     flags = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "64", "--synthetic-test-size", "32",
              "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "1",
-             "--mode", "zero"]
+             ]
     elr, ce = str(tmp_path / "elr"), str(tmp_path / "ce")
-    train.main(flags + ["--lc", "elr", "--out", elr])
-    train.main(flags + ["--lc", "ce", "--out", ce])
-    args = config.resolve(config.get_args(flags + ["--lc", "elr", "--out", elr]))
+    train.main(flags + ["--mode", "elr", "--out", elr])
+    train.main(flags + ["--mode", "zero", "--lc", "ce", "--out", ce])
+    args = config.resolve(config.get_args(flags + ["--mode", "elr", "--out", elr]))
     d, train_set, _, _ = build.load_data(args)
     setup = build.Setup.of(args)
     nets = build.build_models(args, d.num_classes, train_set, setup).nets  # as the run built them: its seed
     probs = predictions(nets, build.eval_batches(d, {"train": train_set}, setup.placement())["train"],
                         dict(device_type="cpu", enabled=False))
     ckpt = torch.load(tmp_path / "elr" / "checkpoint.pt", weights_only=True)
-    beta = LABEL_CORRECTIONS["elr"].settings["elr_beta"].default
+    beta = MODES["elr"].settings["elr_beta"].default
     for k, p in zip(NAMES, probs):
         assert torch.allclose(ckpt[f"state_target_{k}"], elr_target(None, p, beta)), k
     rows = [json.loads(open(f"{d}/metrics.jsonl").readline()) for d in (elr, ce)]

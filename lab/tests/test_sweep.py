@@ -5,6 +5,8 @@ import json
 import math
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from tools import paper_tables, plot, stats, sweep
 from training import config, source
 from training.presets import preset
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 
 def cli(script, *args, timeout=300):
@@ -123,6 +125,96 @@ def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_
     assert len(quoted) >= 10
     for q in quoted:
         assert q in table, q
+
+
+def provenance(out):
+    with open(os.path.join(out, "config.json")) as f:
+        return json.load(f)["provenance"]
+
+
+def checkout(where):
+    """A git checkout at where holding this tree's source files, committed: its commit."""
+    source.pin(str(where / "copy"))
+    shutil.copytree(where / "copy", where / "repo", ignore=shutil.ignore_patterns(source.PINNED))
+    git = ["git", "-C", str(where / "repo"), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "one"], check=True)
+    return subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_sweep_whose_checkout_moves_on_runs_the_code_it_started_with(tmp_path, monkeypatch, capsys):
+    """A commit lands in the checkout while the sweep runs: the runs it starts after it still run the code pinned when
+    it started, and record that code and its commit; the same command again says the checkout has moved on and keeps
+    to the pinned code; its table names the one code."""
+    commit = checkout(tmp_path)
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(source, "ROOT", str(repo))
+    started = sweep.start
+
+    def start(i, job, env, script):
+        if i == 1:  # the checkout moves on before the second run starts
+            (repo / "schedule.py").write_text((repo / "schedule.py").read_text() + "\nMOVED = True\n")
+            subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam",
+                            "two"], check=True)
+        return started(i, job, env, script)
+    monkeypatch.setattr(sweep, "start", start)
+    out = str(tmp_path / "sweeps")
+    pinned = source.digest(str(tmp_path / "copy"))
+    assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0
+    runs = paper_tables.jobs("table1", "smoke", 1, os.path.join(out, "table1-smoke"))
+    assert len(runs) == 2
+    for job in runs:
+        p = provenance(job["dir"])
+        assert p["code"] == pinned and p["git_commit"] == commit and p["git_dirty"] is None, job["name"]
+    assert source.digest(str(repo)) != pinned
+    assert f"Code: {pinned} (commit {commit[:7]}), every run." in open(os.path.join(out, "table1-smoke.md")).read()
+    capsys.readouterr()
+    assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0  # both finished: skipped
+    said = capsys.readouterr().out
+    assert f"runs run the code it started with, {pinned} (commit {commit[:7]})" in said
+    assert f"this checkout is now code {source.digest(str(repo))}" in said
+
+
+def test_a_sweep_cell_whose_runs_failed_reads_failed(tmp_path):
+    todo = paper_tables.jobs("table1", "smoke", 1, str(tmp_path))
+    md = sweep.render("table1", "smoke", 1, str(tmp_path), "header", failed={todo[0]["name"]: "train.py: error: x"})
+    assert "| Zero | failed |" in md and "| All | not run |" in md
+
+
+def test_a_sweep_starts_fresh_runs_without_resume_and_resumes_started_ones(tmp_path, monkeypatch):
+    launched = []
+    monkeypatch.setattr(sweep.subprocess, "Popen", lambda argv, **kw: launched.append(argv))
+    job = paper_tables.jobs("table1", "smoke", 1, str(tmp_path))[0]
+    for started in (False, True):
+        if started:
+            with open(os.path.join(job["dir"], "config.json"), "w") as f:
+                f.write("{}")
+        r = sweep.start(0, job, {}, "train.py")
+        r["log"].close()
+        r["err"].close()
+    assert "--resume" not in launched[0] and launched[1][-1] == "--resume"
+
+
+def test_every_lab_train_and_sweep_command_shown_in_the_readme_and_docs_is_accepted(capsys, tmp_path):
+    """python lab/train.py ... and python -m tools.sweep ... in the README and docs: each takes its flags and values
+    (a sweep's as a dry run, or its table from packed runs)."""
+    from test_faults import readme_and_docs, shown_commands
+    docs = readme_and_docs()
+    trains = [c for text in docs.values() for c in shown_commands(text, "lab/train.py")]
+    sweeps = [c for text in docs.values() for c in shown_commands(text, "-m tools.sweep")]
+    assert any("--mode coteach" in c for c in trains) and any("--scale demo" in c for c in sweeps)
+    for line in (c for c in trains if "--help" not in c):
+        config.resolve(config.get_args(shlex.split(line)[2:]))  # refuses a flag or value that no longer exists
+    for line in sweeps:
+        argv = shlex.split(line)[3:]
+        cut = argv.index("--") if "--" in argv else len(argv)
+        if "--from" in argv:  # it runs nothing: its table is written, here into tmp_path
+            assert sweep.main(argv[:argv.index("--out")] + ["--out", str(tmp_path)]) == 0, line
+            continue
+        # the grid and its extra flags; a Slurm command's too, which a dry run checks without a cluster
+        assert sweep.main(argv[:cut] + ["--dry-run"] + argv[cut:]) == 0, line
+    capsys.readouterr()
 
 
 def test_a_table_of_runs_of_two_codes_is_refused_in_one_line_unless_asked_for(smoke, tmp_path, capsys):
@@ -375,25 +467,26 @@ def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside
     cp = by_name["coteach+-pair40-resnet50-s0"]
     assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)
     assert by_name["jocor-sym20-resnet50-s0"].jocor_lambda == 0.85
-    assert (by_name["zero-apl-sym40-resnet50-s0"].apl_alpha, by_name["zero-apl-sym40-resnet50-s0"].apl_beta) == (10, 0.1)
-    assert by_name["zero-gce-sym40-resnet50-s0"].lc == "gce"
-    assert by_name["zero-dmi-sym40-resnet50-s0"].warmup == 80 and by_name["zero-cdr-pair20-resnet50-s0"].cdr_rate == 0.2
+    assert (by_name["apl-sym40-resnet50-s0"].apl_alpha, by_name["apl-sym40-resnet50-s0"].apl_beta) == (10, 0.1)
+    assert by_name["gce-sym40-resnet50-s0"].mode == "gce"
+    assert by_name["dmi-sym40-resnet50-s0"].warmup == 80 and by_name["cdr-pair20-resnet50-s0"].cdr_rate == 0.2
     for lc in ("trevision", "forward-anchor"):  # their CIFAR-100 code: T̂ after 15 epochs, each class's argmax
-        a = by_name[f"zero-{lc}-sym40-resnet50-s0"]
+        a = by_name[f"{lc}-sym40-resnet50-s0"]
         assert (a.warmup, a.anchor_percentile) == (15, 100)
-    assert by_name["zero-trevision-sym40-resnet50-s0"].trevision_revise == 50
-    assert {by_name[f"zero-{lc}-sym20-resnet50-s0"].lc for lc in ("forward", "mentornet", "apl")} == {
+    assert by_name["trevision-sym40-resnet50-s0"].trevision_revise == 50
+    assert {by_name[f"{lc}-sym20-resnet50-s0"].mode for lc in ("forward", "mentornet", "apl")} == {
         "forward", "mentornet", "apl"}
     # the copy guide's η at K = 100, per column's rate: 4 at 20%, 2.5 at 40%
     assert [by_name[f"progressive-mylc-{c}-eta{e}-resnet50-s0"].eta for c, e in (("sym20", 4), ("sym40", 2.5))] == [4, 2.5]
     # the true T of Forward has no instance-dependent counterpart: no such cell, every other row has one
     idn = {n for n in by_name if "-idn40-" in n}
-    assert "zero-forward-idn40-resnet50-s0" not in idn and len(idn) == len(t["rows"]) - 1
+    assert "forward-idn40-resnet50-s0" not in idn and len(idn) == len(t["rows"]) - 1
     # Joint's second step reads its first step's folder of the same column and seed, and starts after it
-    step1, step2 = by_name["zero-joint-pair40-resnet50-s0"], by_name["zero-ce-pair40-after-joint-1-resnet50-s0"]
-    assert (step1.lc, step1.joint_begin, step1.joint_alpha, step1.joint_beta, step2.lc) == ("joint", 0.35, 1, 0.5, "ce")
+    step1, step2 = by_name["joint-pair40-resnet50-s0"], by_name["joint2-pair40-after-joint-1-resnet50-s0"]
+    assert (step1.mode, step1.joint_begin, step1.joint_alpha, step1.joint_beta, step2.mode) == ("joint", 0.35, 1, 0.5,
+                                                                                                "joint2")
     assert step2.labels_from == step1.out and {j["after"] for j in todo if j["after"]} == {
-        by_name[n].out for n in by_name if n.startswith("zero-joint-")}
+        by_name[n].out for n in by_name if n.startswith("joint-")}
     assert sweep.paper_of(t, "coteach+", "pair40") == 38.03 and sweep.paper_of(t, "gce", "sym40") == 57.97
     assert sweep.paper_of(t, "progressive-mylc", "sym40") == 64.30 and "jocor" not in t["paper"]
     assert sweep.paper_of(t, "cdr", "sym40") == 62.72 and sweep.paper_of(t, "joint", "pair20") == 67.35
@@ -408,8 +501,8 @@ def test_a_run_that_reads_another_is_a_new_run_when_that_ones_flags_change(monke
     authors = dict(paper_tables.AUTHORS, **{"joint-1": {"k10": (["--joint-alpha", "1", "--joint-beta", "0.5"], "x")}})
     monkeypatch.setitem(paper_tables.PRESETS["table3"][0], "authors", authors)
     moved = {j["name"]: j["key"] for j in paper_tables.jobs("table3", "fmnist", 1, "sweeps")}
-    step2 = "zero-ce-sym40-after-joint-1-s0"
-    assert moved["zero-joint-sym40-s0"] != key["zero-joint-sym40-s0"] and moved[step2] != key[step2]
+    step2 = "joint2-sym40-after-joint-1-s0"
+    assert moved["joint-sym40-s0"] != key["joint-sym40-s0"] and moved[step2] != key[step2]
     assert moved["zero-ce-sym40-s0"] == key["zero-ce-sym40-s0"]
 
 
@@ -453,20 +546,20 @@ def test_table3_at_fmnist_scale_is_its_sym40_and_idn40_columns_at_the_authors_te
         # each stage begins in the same phase of the lr as its paper-scale counterpart would, DMI's after the
         # second decay
         assert lr_at(a.epochs - a.trevision_revise, dst) == lr_at(b.epochs - b.trevision_revise, src), name
-        if b.lc == "dmi":
+        if b.mode == "dmi":
             assert lr_at(a.warmup, dst) == lr_at(b.warmup, src), name
     # the authors' ten-class (CIFAR-10) settings, where they differ from CIFAR-100's
-    apl, cp, jo = by_name["zero-apl-sym40-s0"], by_name["coteach+-idn40-s0"], by_name["jocor-sym40-s0"]
+    apl, cp, jo = by_name["apl-sym40-s0"], by_name["coteach+-idn40-s0"], by_name["jocor-sym40-s0"]
     assert (apl.apl_alpha, apl.apl_beta, cp.coteach_plus_init, jo.jocor_lambda) == (1, 1, 19, 0.9)
     for lc in ("trevision", "forward-anchor"):
-        a = by_name[f"zero-{lc}-idn40-s0"]
+        a = by_name[f"{lc}-idn40-s0"]
         assert (a.warmup, a.anchor_percentile) == (20, 97) == (int(ten[lc]["--warmup"]), 97)
-    j = by_name["zero-joint-sym40-s0"]
+    j = by_name["joint-sym40-s0"]
     assert (j.joint_alpha, j.joint_beta, j.joint_begin) == (1.2, 0.8, 0.6875)
     # CMD-P at η = 4 and at the copy guide's start for K = 10 and 40%, below the bound 2.7
     assert by_name["progressive-mylc-sym40-s0"].eta == 4 and by_name["progressive-mylc-idn40-eta2-s0"].eta == 2 < 2.7
     assert by_name["progressive-proselflc-sym40-eta2-s0"].eta == 2
-    assert "zero-forward-idn40-s0" not in by_name and by_name["zero-forward-anchor-idn40-s0"].noise == "idn"
+    assert "forward-idn40-s0" not in by_name and by_name["forward-anchor-idn40-s0"].noise == "idn"
     labels = {r: paper_tables.row_label(t, r, "fmnist") for r, _, _ in t["rows"]}
     assert labels["apl"] == "APL (NCE+RCE, α 1, β 1) [their CIFAR-10 config]"
     assert labels["dmi"] == "DMI (after 60 epochs of CE)" and paper_tables.row_label(t, "dmi", "paper") == \
@@ -524,7 +617,7 @@ def test_cpu_table1_is_the_knowledge_axis_with_mylc_and_dry_run_prints_it(scale,
     res = cli("sweep.py", "table1", "--scale", scale, "--seeds", "3", "--dry-run")
     lines = res.stdout.splitlines()
     assert res.returncode == 0 and len(lines) == 12
-    assert all(ln.startswith("python train.py " + " ".join(flags)) and "--lc mylc" in ln for ln in lines)
+    assert all(ln.startswith("python lab/train.py " + " ".join(flags)) and "--lc mylc" in ln for ln in lines)
     assert [ln.split("--mode ")[1].split()[0] for ln in lines[:4]] == ["zero", "all", "static", "progressive"]
 
 

@@ -29,6 +29,7 @@ import evaluate
 import train
 from tools import batched, slurm, sweep
 from training import errors, rundir, runfiles
+from training.errors import UserError
 
 FLAGS = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "96", "--synthetic-test-size", "48",
          "--synthetic-classes", "4", "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "2"]
@@ -80,12 +81,19 @@ def command_in(line):
 
 
 def learners():
-    """Every registry entry with state beyond the models' own: each label correction with stages (what it learns
-    between epochs, registry.Stage), under zero knowledge, and each mode that is not CMD's (a comparator's)."""
-    from label_correction import LABEL_CORRECTIONS
+    """Every mode that is not CMD's, with what it keeps beyond the models' own (a stage's state, a stage's optimiser, a
+    rule), that runs with no flag of its own but a warm-up (test_train.runnable; Joint's second step, which reads
+    another run, resumes in lab/tests/test_robust.py)."""
     from mutual import CMD_MODES, MODES
-    return ([("zero", lc) for lc, c in LABEL_CORRECTIONS.items() if c.stages] +
-            [(mode, None) for mode in MODES if mode not in CMD_MODES])
+    from test_train import runnable
+    out = []
+    for mode in MODES:
+        try:
+            runnable(FLAGS[:-1] + ["3", "--mode", mode, "--out", os.devnull])
+            out += [] if mode in CMD_MODES else [(mode, None)]
+        except UserError:
+            pass
+    return out
 
 
 @pytest.mark.parametrize("mode,lc", learners())
@@ -318,7 +326,7 @@ def test_under_the_slurm_launcher_train_py_ignores_sigterm(long_full, tmp_path):
 
 def test_a_sweep_on_a_full_disk_is_one_line_and_keeps_its_table(tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "sweeps")
-    monkeypatch.setattr(sweep, "run_jobs", lambda todo, gpus, jobs: {})  # the runs are train.py's, tested above
+    monkeypatch.setattr(sweep, "run_jobs", lambda todo, gpus, jobs, code=None: {})  # the runs are train.py's, tested above
     assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0
     table = open(os.path.join(out, "table1-smoke.md")).read()
     monkeypatch.setattr(runfiles, "open", FullDisk("table1-smoke.md"), raising=False)
@@ -471,7 +479,7 @@ def test_a_sweep_whose_run_log_cannot_be_opened_is_one_line_and_starts_nothing(t
     assert line.endswith("; free some space, then run the same command again (finished runs are skipped, the others "
                          "resume from their checkpoints)"), line
     runs = os.path.join(out, "table1-smoke")
-    assert all(os.listdir(os.path.join(runs, r)) == ["sweep.json"] for r in os.listdir(runs))  # no train.py started
+    assert all(os.listdir(os.path.join(runs, r)) == ["sweep.json"] for r in os.listdir(runs) if r != sweep.CODE)  # no run
 
 
 def test_a_slurm_record_that_cannot_be_written_is_one_line_naming_the_jobs_that_run(tmp_path, capsys, monkeypatch):

@@ -22,7 +22,7 @@ from studies import fmnist, outbox, recipe
 from tools import perf
 from training import graph
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOY_ROWS = ("ce-zero", "mylc-zero", "mylc-cmdp")
 
 
@@ -115,7 +115,7 @@ def test_a_ctrl_c_inside_a_test_stops_pytest_and_its_junit_xml_is_written(tmp_pa
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     run, xml = tmp_path / "run", tmp_path / "x.xml"
     env = dict(os.environ, RUN=str(run), PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "tests")]))
-    p = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q",
+    p = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "hooks", "-p", "no:cacheprovider", "-q",
                           "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), f"--junitxml={xml}",
                           str(tmp_path / "test_stopped.py")], cwd=HERE, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -131,8 +131,9 @@ def test_a_ctrl_c_inside_a_test_stops_pytest_and_its_junit_xml_is_written(tmp_pa
 
 
 def junit(tmp_path, cases):
-    """A JUnit XML as pytest --junitxml writes it: a testsuite of testcases, each maybe skipped or failed."""
-    body = "".join(f'<testcase classname="tests.{mod}" name="{name}" time="0.1">' +
+    """A JUnit XML as pytest --junitxml writes it: a testsuite of testcases, each maybe skipped or failed (mod: a
+    module of tests/, or a dotted path)."""
+    body = "".join(f'<testcase classname="{mod if "." in mod else "tests." + mod}" name="{name}" time="0.1">' +
                    {"passed": "", "skipped": '<skipped type="pytest.skip" message="needs a CUDA device"/>',
                     "failed": '<failure message="assert False">x</failure>'}[how] + "</testcase>"
                    for mod, name, how in cases)
@@ -200,9 +201,11 @@ def test_the_wave_alone_at_toy_size_gets_the_whole_limit_and_packs(tmp_path):
     # docs/gpu as a green lease left it for this step: stages 2 and 3 are skipped, and the wave captures the graph
     # (on the CPU each run's capture dies before its first epoch and it trains again eager, as on a GPU where it fails)
     collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "--collect-only", "-q", "-p",
-                                "no:cacheprovider", "tests/test_graph.py"], cwd=HERE, capture_output=True, text=True)
-    ids = [line.split("::", 1)[1] for line in collected.stdout.splitlines() if "::" in line]
-    docs = gpu_docs(tmp_path / "docs-gpu", [("test_graph", i, "passed") for i in ids], graph.step_id())
+                                "no:cacheprovider", "tests/test_graph.py", "lab/tests/test_graph_rules.py"], cwd=HERE,
+                               capture_output=True, text=True)
+    ids = [line.split("::", 1) for line in collected.stdout.splitlines() if "::" in line]
+    docs = gpu_docs(tmp_path / "docs-gpu", [(path.removesuffix(".py").replace("/", "."), i, "passed")
+                                            for path, i in ids], graph.step_id())
     write_idx(tmp_path / "data", n_train=300, n_test=60)
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), WORK=str(tmp_path / "work"), PYTHON=sys.executable, PATH="/usr/bin:/bin",

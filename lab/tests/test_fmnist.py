@@ -19,7 +19,7 @@ from studies import eta, fmnist
 from tools import stats
 from studies.fmnist import ATTRIBUTION, DEMO, KNOBS, SELECTED, Setting
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TUNED = SELECTED[:-1]  # the demo's rows with a declared grid; CE CMD-P follows MyLC CMD-P
 TINY_BASE = ["--arch", "mlp", "--subset", "120", "--subset-seed", "0", "--val-split", "0.2", "--augment", "none",
              "--weight-decay", "0", "--epochs", "2", "--milestones", "1", "--batch-size", "32", "--noise", "sym",
@@ -213,7 +213,7 @@ def test_compare_chooses_each_comparators_lr_and_knob_and_the_report_runs_them(t
     choice = json.loads(json.dumps(picked))  # as choice.json holds it: the knob as a list
     jobs = fmnist.cell_jobs(plan(str(tmp_path / "r")), DEMO, "report", fmnist.report_cells(DEMO, choice, (0,)))
     gce = next(j for j in jobs if j["name"] == "gce-zero-s0")["argv"]
-    assert gce[gce.index("--gce-q") + 1] == "0.9" and gce[gce.index("--lc") + 1] == "gce"
+    assert gce[gce.index("--gce-q") + 1] == "0.9" and gce[gce.index("--mode") + 1] == "gce"
     oracle = next(j for j in jobs if j["name"] == "coteach-oracle-s0")["argv"]
     assert oracle[oracle.index("--forget-rate") + 1] == "0.4" and oracle[oracle.index("--lr") + 1] == "0.035"
 

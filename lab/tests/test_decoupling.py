@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import train
-from baselines import decoupling
+from lab.methods.decoupling import decoupling
 from mutual import Clock, Method, objective_for
 
 

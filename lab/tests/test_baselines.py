@@ -1,4 +1,5 @@
-"""Tests for baselines.py (Co-teaching, Co-teaching+, JoCoR), GCE, and their place in mutual_step and train.py.
+"""Tests of the lab's pair methods (lab/methods/: Co-teaching, Co-teaching+, JoCoR, KDCL) and GCE, and their place in
+mutual_step and train.py.
 
 Each method is checked on one fixed batch against a plain reference written here, sample by sample, from its
 paper's algorithm; the fixtures are asymmetric (A and B rank the samples differently) so that a model
@@ -14,11 +15,15 @@ from test_mutual import setup
 from test_train import TINY, metrics
 
 import train
-import baselines
-from baselines import (COTEACH_PLUS_STEPS, coteach_plus_early, coteach_plus_rule, coteaching, coteaching_plus, jocor,
-                       keep_rule, remember_rate, small_loss)
-from label_correction import gce_loss
-from mutual import ALIASES, MODES, Clock, Comparators, Method, Precision, mutual_step, sum_names
+import lab
+import mutual
+from lab.methods.coteaching import (COTEACH_PLUS_STEPS, coteach_plus_early, coteach_plus_rule, coteaching,
+                                    coteaching_plus, keep_rule, remember_rate, small_loss)
+from lab.methods.gce import gce_loss
+from lab.methods.jocor import jocor
+from lab.methods.kdcl import kdcl_cohort_loss, kdcl_loss
+from mutual import ALIASES, MODES, Clock, Method, Precision, mutual_step, sum_names
+from test_cmd import K as CMD_K, batch
 from training import config
 
 N, K = 12, 4
@@ -32,7 +37,7 @@ def at(epoch, batch=0):
 
 def comparator(mode, **settings):
     """The Method of a comparator's run: on the given labels, with these of its Comparators settings."""
-    return Method(mode=mode, lc="ce", eta=None, b=None, comparators=Comparators(**settings))
+    return Method(mode=mode, lc="ce", eta=None, b=None, comparators=mutual.Comparators(**settings))
 
 
 def fixture(seed=0):
@@ -365,13 +370,16 @@ def test_a_small_loss_mode_refuses_a_cohort():
 
 
 def test_the_modes_and_their_papers_names():
-    assert all(MODES[m] is x and x.thresholds is None for m, x in baselines.MODES.items())  # no chi: no (eta, b)
+    assert all(MODES[m] is x and x.thresholds is None for m, x in lab.METHODS.items())  # no chi: no (eta, b)
     assert ALIASES["co-teaching"] == "coteach" and ALIASES["co-teaching+"] == "coteach+"
 
 
 # ---------------------------------------------------------------- end to end through train.py
 
-@pytest.mark.parametrize("mode", list(baselines.MODES))
+PAIRS = [m for m, x in lab.METHODS.items() if x.pair or m == "kdcl"]  # those that teach: the pair methods, KDCL
+
+
+@pytest.mark.parametrize("mode", PAIRS)
 def test_each_comparator_trains_and_reports_its_selection(tmp_path, mode):
     out = str(tmp_path / "r")
     summary = train.main(TINY + ["--epochs", "2", "--mode", mode, "--out", out])
@@ -387,14 +395,12 @@ def test_each_comparator_trains_and_reports_its_selection(tmp_path, mode):
         assert 0 < rows[1]["precision_a2b"] <= 1 and 0 < rows[1]["recall_a2b"] <= 1
 
 
-@pytest.mark.parametrize("mode", ["zero", "progressive"])
-def test_gce_trains_alone_and_under_cmd(tmp_path, mode):
+def test_gce_trains_each_network_alone(tmp_path):
     out = str(tmp_path / "r")
-    train.main(TINY + ["--epochs", "1", "--mode", mode, "--lc", "gce", "--out", out])
+    train.main(TINY + ["--epochs", "1", "--mode", "gce", "--out", out])
     row = metrics(out)[0]
     assert math.isfinite(row["train_loss_a"]) and math.isfinite(row["train_loss_b"])
-    if mode == "zero":
-        assert row["selected_b2a"] == row["selected_a2b"] == 0
+    assert row["selected_b2a"] == row["selected_a2b"] == 0
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -403,7 +409,8 @@ def test_gce_trains_alone_and_under_cmd(tmp_path, mode):
     (["--mode", "jocor", "--lc", "mylc"], "--mode jocor trains on the given labels"),
     (["--mode", "coteach", "--forget-rate", "1"], "--forget-rate 1.0: must be in [0, 1)"),
     (["--mode", "coteach", "--num-gradual", "0"], "--num-gradual 0: must be at least 1"),
-    (["--lc", "gce", "--gce-q", "0"], "--gce-q 0.0: must be in (0, 1]"),
+    (["--mode", "gce", "--gce-q", "0"], "--gce-q 0.0: must be in (0, 1]"),
+    (["--mode", "gce", "--lc", "mylc"], "--mode gce trains on the given labels"),
 ])
 def test_bad_comparator_flags_are_one_line(tmp_path, capsys, flags, message):
     out = tmp_path / "x"
@@ -421,3 +428,34 @@ def test_forget_rate_defaults_to_the_noise_rate_and_the_papers_names_name_the_ru
     args = config.resolve(config.get_args(["--dataset", "synthetic", "--mode", "jocor", "--noise", "none",
                                            "--forget-rate", "0.2"]))
     assert args.forget_rate == 0.2 and args.jocor_lambda == 0.95 and args.num_gradual == 10
+
+
+def test_kdcl_minlogit_teacher():
+    za, zb, _, _ = batch()
+    y = torch.randint(0, K, (64,))
+    T = 2.0
+    la, lb = kdcl_loss(za, zb, y, T=T, lam=1.0)
+    # Slow reference: per sample, per class minimum over the two students.
+    zt = torch.empty(64, CMD_K)
+    for n in range(64):
+        for c in range(CMD_K):
+            zt[n, c] = min(za[n, c] - za[n, y[n]], zb[n, c] - zb[n, y[n]])
+    pt = F.softmax(zt / T, -1)
+    for z, loss in [(za, la), (zb, lb)]:
+        kl = F.kl_div(F.log_softmax(z / T, -1), pt, reduction="batchmean")
+        assert torch.allclose(loss, F.cross_entropy(z, y) + T * T * kl, atol=1e-6)
+    # The MinLogit teacher's given-label logit is 0 and no other logit exceeds either student's margin.
+    assert torch.all(zt.gather(1, y[:, None]) == 0)
+    la.backward()
+    assert zb.grad is None
+
+
+def test_kdcl_of_a_cohort_is_the_pair_at_two_and_takes_the_minimum_over_all():
+    g = torch.Generator().manual_seed(6)
+    z = [3 * torch.randn(16, CMD_K, generator=g) for _ in range(3)]
+    y = torch.randint(0, CMD_K, (16,), generator=g)
+    assert all(torch.equal(a, b) for a, b in zip(kdcl_cohort_loss(z[:2], y), kdcl_loss(z[0], z[1], y)))
+    teacher = torch.stack([z_k - z_k.gather(1, y[:, None]) for z_k in z]).min(0).values  # MinLogit over all three
+    for z_k, loss in zip(z, kdcl_cohort_loss(z, y)):
+        kl = F.kl_div(F.log_softmax(z_k / 2, -1), F.softmax(teacher / 2, -1), reduction="batchmean")
+        assert torch.allclose(loss, F.cross_entropy(z_k, y) + 4 * kl, atol=1e-6)

@@ -19,7 +19,7 @@ from studies import fmnist, recipe
 from tools.stats import interval
 from training import config
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def dry_run(capsys, *argv):

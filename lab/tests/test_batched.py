@@ -166,7 +166,7 @@ def test_a_finished_train_py_run_is_skipped_and_an_unfinished_one_refused(tmp_pa
     (["--lr", "0.05,0.05"], "twice"),
     (["--resume"], "no --resume"),
     (["--noise", "pair", "--rate", "1.5,0.2"], "rate"),
-    (["--labels-from", "runs/any"], "--labels-from gives each run's models their own relabelled labels"),
+    (["--mode", "joint2", "--labels-from", "runs/any"], "--mode joint2 (Joint optimisation (step 2)): its labels are"),
 ])
 def test_bad_input_is_one_line_rc_2_and_writes_nothing(tmp_path, capsys, flags, says):
     out = str(tmp_path / "bad")

@@ -1,11 +1,11 @@
-"""The cuda marker: tests that need a CUDA device carry @pytest.mark.cuda and are skipped, with the reason,
+"""What every test of the project shares, a plugin of both tiers (pytest.ini: -p hooks; the reference's tests/ and
+the lab's lab/tests/). The cuda marker: tests that need a CUDA device carry @pytest.mark.cuda and are skipped, with the reason,
 where torch sees none. `python -m pytest -m cuda` runs just them (studies/gpu_check.sh on a GPU machine).
 published_md5s: torchvision's published md5 sums, put back after every test that stood tiny files in for them.
 pytest_runtest_call: a Ctrl-C (SIGINT) that train.py or a tool turned into SystemExit(130) inside a test stops the
 whole run, as a Ctrl-C anywhere else does, so that --junitxml is still written: studies/gpu_check.sh stops
 `pytest -m cuda` with SIGINT at its time limit and reads the XML. A suite started with SIGINT ignored gets Python's
-own handler back, so that its tests of Ctrl-C see the Ctrl-C they send.
-staged: a method with every stage of its label correction acted as in a run, for the tests that take any --lc."""
+own handler back, so that its tests of Ctrl-C see the Ctrl-C they send."""
 import signal
 
 import pytest
@@ -13,19 +13,7 @@ import torch
 from torchvision import datasets as tv
 from torchvision.datasets.vision import VisionDataset
 
-from training import stages
 from training.datasets import DATASETS
-
-
-def staged(method, n, k, epoch=6, epochs=10, models=2):
-    """method with every stage of its label correction (registry.Stage: a T̂, a slack, ELR's targets, Joint's history)
-    acted at the start of each epoch up to `epoch` of `epochs`, as training/stages.py acts them in a run, from fixed
-    predictions of n samples of k classes: what its loss reads in Method.state, whatever the correction."""
-    g = torch.Generator().manual_seed(7)
-    for e in range(epoch + 1):
-        probs = [torch.softmax(3 * torch.randn(n, k, generator=g), -1) for _ in range(models)]
-        method = stages.act(method, e, epochs, lambda: probs, models, torch.device("cpu")).method
-    return method
 
 
 # A suite started with SIGINT ignored (`nohup`, or `cmd &` in a script) would never see the Ctrl-C its tests send:

@@ -11,7 +11,7 @@ from test_mnist import write_idx
 
 from studies import eta, fmnist
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_the_study_runs_packs_and_reports_what_its_runs_logged(tmp_path, monkeypatch, capsys):

@@ -1,49 +1,43 @@
-"""The methods CMD is compared with that train two networks together (paper Tables 3-4 and §2.2), each a training
-mode: its objective and its registry entry (MODES, which mutual.MODES takes in).
+"""Co-teaching (Han et al. 2018) and Co-teaching+ (Yu et al. 2019), the paper's Table 3: two networks, each learning the
+small-loss samples of its peer, --mode coteach and --mode coteach+; and what the small-loss methods share (JoCoR's
+file reads them).
 
 remember_rate      -- R(t) = 1 - min(t/T_k tau, tau): the fraction of a mini-batch each method keeps
 coteach_plus_early -- the `step < 5000` rule of Co-teaching+'s code, for a batch the two networks agree on
 small_loss         -- (N,) 0/1 mask of the n_keep samples of smallest loss, without a host sync
-coteaching         -- Co-teaching (Han et al., NeurIPS 2018): each network's small-loss samples teach its peer
-coteaching_plus    -- Co-teaching+ (Yu et al., ICML 2019): the same exchange among the samples the two disagree on
-jocor              -- JoCoR (Wei et al., CVPR 2020): one joint loss with co-regularisation; both networks learn the
-                      samples where it is small
-decoupling         -- Decoupling (Malach and Shalev-Shwartz, NeurIPS 2017): both networks learn the samples they
-                      disagree on
+coteaching         -- each network's small-loss samples teach its peer
+coteaching_plus    -- the same exchange among the samples the two disagree on
 keep_rule          -- R(t) at a point of training, and coteach_plus_rule Co-teaching+'s with its disagreement rule
                       and step rule (rules over time, not schedules: that word is χ's, schedule.py)
-*_objective        -- each mode's objective, in mutual.OBJECTIVES' form: the mode's losses from the logits and clock
-mkd_objective, kdcl_objective -- Table 4's all-knowledge baselines: Deep Mutual Learning (Eq. 2) and KDCL
-MODES              -- the registry entries of these modes (registry.Mode), with their settings
+pair, pair_objective -- the pair's logits, and the Objective of a pair's losses and taught masks
+R_T                -- the settings of R(t), τ and T_k, that every small-loss method reads
 
-Each method function takes the two networks' logits on one mini-batch, (N, K) each, and the given labels
-(N,), and returns ((loss_a, loss_b), taught): loss_a is a scalar that trains only network A, loss_b only B,
-and taught maps each ordered pair (j, k) to the (N,) float 0/1 mask of the samples on which j's selection
-taught k, for mutual_step's diagnostics (mutual.sum_names). What they teach is the given label itself.
+Each method function takes the two networks' logits on one mini-batch, (N, K) each, and the given labels (N,), and
+returns ((loss_a, loss_b), taught): loss_a is a scalar that trains only network A, loss_b only B, and taught maps each
+ordered pair (j, k) to the (N,) float 0/1 mask of the samples on which j's selection taught k, for mutual_step's
+diagnostics (mutual.sum_names). What they teach is the given label itself.
 
-The small-loss methods are pair-only (the papers define them for two networks) and train on the given labels.
-Losses are float32 also under autocast. None of them waits for the device: masks are multiplied in, never used to
-index; a selection's size is a host number (R(t) N, from the batch's shape) or stays on the device
-(Co-teaching+'s disagreement set). Under torchrun each rank selects within its own shard of the batch, as
-each of the authors' runs selected within its own batch: the selection of a 128-sample batch on 4 ranks is
-four selections of 32, not one of 128.
-
-Where the authors' code departs from their papers (docs/training.md, "Comparators"), we follow the papers
-except where noted in a function's docstring.
+The small-loss methods are pair-only (the papers define them for two networks) and train on the given labels with
+τ = the noise rate (the authors' code). Losses are float32 also under autocast. None of them waits for the device:
+masks are multiplied in, never used to index; a selection's size is a host number (R(t) N, from the batch's shape) or
+stays on the device (Co-teaching+'s disagreement set). Under torchrun each rank selects within its own shard of the
+batch, as each of the authors' runs selected within its own batch: the selection of a 128-sample batch on 4 ranks is
+four selections of 32, not one of 128. Where the authors' code departs from their papers (docs/training.md,
+"Comparators"), we follow the papers except where noted in a function's docstring.
 """
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from label_correction import one_hot
-from losses import Objective, dml_loss, kdcl_cohort_loss, kl_divergence, log_probs
-from registry import Mode, knob, positive, unit
+from losses import Objective, log_probs
+from registry import Mode, knob
 
 # Co-teaching+'s code updates both networks on the whole batch with plain CE when they agree on every
 # sample and step < 5000 (coteach_plus_early).
 COTEACH_PLUS_STEPS = 5000
+
 
 
 def remember_rate(epoch, forget_rate, num_gradual):
@@ -165,62 +159,6 @@ def coteaching_plus(logits_a, logits_b, labels, keep, disagree, early):
     return (loss_a, loss_b), {(0, 1): sel_a, (1, 0): sel_b}
 
 
-def jocor(logits_a, logits_b, labels, keep, lam):
-    """JoCoR (Wei et al. 2020, Algorithm 1): one joint loss per sample; both networks learn the samples where it is
-    small.
-
-      l(x_i) = (1 - lambda) (CE(p_A, y_i) + CE(p_B, y_i)) + lambda (KL(p_A || p_B) + KL(p_B || p_A))
-      D~ = argmin_{D': |D'| >= R(t)|D|} l(D'),   L = mean_{i in D~} l(x_i),   (theta_A, theta_B) -= eta grad L
-    logits_*: (N, K) with gradient; labels: (N,) int64; keep: R(t), a host float; lam: lambda in [0, 1].
-    |D~| = max(1, int(R(t) N)), as in coteaching; the selection treats l as a constant.
-
-    Detaching: the authors' code (algorithm/loss.py, kl_loss_compute) does not detach the peer in either KL
-    term, and one optimiser steps both networks on L, so each KL term trains both networks. We follow it,
-    unlike the rest of this project, which detaches peers (losses.py). So that each returned loss trains only
-    its own network, L is split into the terms each network's parameters move:
-      L_A = mean_{D~} (1 - lambda) CE(p_A, y) + lambda (KL(p_A || sg p_B) + KL(sg p_B || p_A)),  L_B mirrored,
-    sg = stop-gradient. grad_A L_A = grad_A L and grad_B L_B = grad_B L exactly, so one backward pass of
-    L_A + L_B is the authors' update; in value L_A + L_B = L + lambda mean_{D~} (KL_AB + KL_BA), the symmetric
-    KL counted once in each network's loss.
-    lambda: the code's argparse default is 0.1, but its only MNIST command (example.sh) uses 0.95 and its
-    README puts the best between 0.5 and 0.9 (0.9 CIFAR-10, 0.85 CIFAR-100): Method's default is 0.95 for
-    MNIST-like data. taught[(0, 1)] and taught[(1, 0)] are both D~.
-    """
-    n = labels.shape[0]
-    n_keep = max(1, int(keep * n))
-    logp_a, ce_a = _per_sample(logits_a, labels)
-    logp_b, ce_b = _per_sample(logits_b, labels)
-    with torch.no_grad():
-        kl_ab, kl_ba = kl_divergence(logp_a, logp_b), kl_divergence(logp_b, logp_a)
-        joint = (1 - lam) * (ce_a + ce_b) + lam * (kl_ab + kl_ba)  # (N,) l(x_i)
-    sel = small_loss(joint, n_keep)  # D~
-    peer_a, peer_b = logp_a.detach(), logp_b.detach()
-    # the terms A's parameters move, and B's
-    share_a = (1 - lam) * ce_a + lam * (kl_divergence(logp_a, peer_b) + kl_divergence(peer_b, logp_a))
-    share_b = (1 - lam) * ce_b + lam * (kl_divergence(logp_b, peer_a) + kl_divergence(peer_a, logp_b))
-    loss_a, loss_b = (sel * share_a).sum() / n_keep, (sel * share_b).sum() / n_keep
-    return (loss_a, loss_b), {(0, 1): sel, (1, 0): sel}
-
-
-def decoupling(logits_a, logits_b, labels):
-    """Decoupling (Malach and Shalev-Shwartz 2017, "when to update" from "how to update"): both networks update on
-    the samples they disagree on, and only on those.
-
-      D = {i : argmax p_A(x_i) != argmax p_B(x_i)}
-      L_A = mean_{i in D} CE(p_A(x_i), y_i),  L_B = mean_{i in D} CE(p_B(x_i), y_i)
-    logits_*: (N, K) with gradient; labels: (N,) int64. taught[(0, 1)] and taught[(1, 0)] are both D. As the
-    public PyTorch form (songheony/TAkS, methods/decouple.py: the criterion's mean over D), with D a 0/1 mask
-    multiplied in, so nothing waits for the device.
-    Departure, declared: where D is empty that code gives no loss and its loop skips the update; here both losses
-    are 0, so each model's SGD step is its momentum and weight decay alone.
-    """
-    _, ce_a = _per_sample(logits_a, labels)
-    _, ce_b = _per_sample(logits_b, labels)
-    d = (logits_a.detach().argmax(-1) != logits_b.detach().argmax(-1)).float()  # (N,) D
-    n = d.sum().clamp_min(1)  # |D|, on the device; an empty D gives zero losses
-    return ((d * ce_a).sum() / n, (d * ce_b).sum() / n), {(0, 1): d, (1, 0): d}
-
-
 class KeepRule(NamedTuple):
     keep: float     # R(t), the fraction of a batch kept
     disagree: bool  # Co-teaching+ is past its initial epochs: it keeps only its disagreements
@@ -267,62 +205,19 @@ def coteaching_plus_objective(z, y, method, chi, r, clock, draws=None, rows=None
     return pair_objective(z, y, *coteaching_plus(*pair(method, z), y, keep, disagree, early))
 
 
-def jocor_objective(z, y, method, chi, r, clock, draws=None, rows=None):
-    """JoCoR as a training objective: coteaching_objective's arguments and result."""
-    lam = method.comparators.jocor_lambda
-    return pair_objective(z, y, *jocor(*pair(method, z), y, keep_rule(method, clock), lam))
 
-
-def decoupling_objective(z, y, method, chi, r, clock, draws=None, rows=None):
-    """Decoupling as a training objective: coteaching_objective's arguments and result."""
-    return pair_objective(z, y, *decoupling(*pair(method, z), y))
-
-
-def all_knowledge(z, losses):
-    """The Objective of the all-knowledge baselines: every model taught every sample by every peer, q_tilde its
-    predictions, h their entropies."""
-    m = len(z)
-    logp, h = zip(*(log_probs(z_k) for z_k in z))     # M x (N, K) float32 log p, M x (N,) H(p) without gradient
-    taught = {(j, k): torch.ones_like(h[0]) for j in range(m) for k in range(m) if j != k}
-    return Objective(losses, taught, [logp_k.detach().exp() for logp_k in logp], list(h))
-
-
-def mkd_objective(z, y, method, chi, r, clock, draws=None, rows=None):
-    """Table 4's MKD: every model learns all of its peers' predictions by Deep Mutual Learning's loss (Eq. 2), on the
-    given labels. chi, r, clock, draws and rows are unused (one signature for every objective)."""
-    return all_knowledge(z, dml_loss(z, one_hot(y, z[0].shape[-1]), method.comparators.mkd_eps))
-
-
-def kdcl_objective(z, y, method, chi, r, clock, draws=None, rows=None):
-    """Table 4's KDCL-MinLogit: every model learns the ensemble teacher of all the cohort's logits, on the given
-    labels. Arguments: mkd_objective's."""
-    c = method.comparators
-    return all_knowledge(z, kdcl_cohort_loss(z, y, c.kdcl_t, c.kdcl_lambda))
-
-
-# The comparators' registry entries. The small-loss methods train on the given labels with τ = the noise rate (the
-# authors' code), a pair only; what a replayed step takes from the host at each point of training is their `rule`.
+# What a replayed step takes from the host at each point of training is each mode's `rule`.
 R_T = dict(forget_rate=knob(None, "τ, the forget rate in R(t) = 1 - min(t/T_k τ, τ) of coteach, coteach+, jocor "
                                   "(default: --rate with a --noise drawn at a rate, as the authors' code sets it; give "
                                   "it otherwise)", (lambda v: 0 <= v < 1, "in [0, 1)")),
            num_gradual=knob(10, "T_k, the epochs over which R(t) falls from 1 to 1 - τ (coteach, coteach+, jocor)",
                             (lambda v: v >= 1, "at least 1")))
 MODES = {
-    "mkd": Mode("MKD (Eq. 2)", mkd_objective, settings=dict(
-        mkd_eps=knob(0.5, "mkd: ε in Eq. 2 (0.5 = DML's CE + KL, halved)", (unit, "in [0, 1]")))),
-    "kdcl": Mode("KDCL", kdcl_objective, settings=dict(
-        kdcl_t=knob(2.0, "kdcl: temperature T", (positive, "a positive temperature")),
-        kdcl_lambda=knob(1.0, "kdcl: weight λ of the KL term", (math.isfinite, "a finite number")))),
     "coteach": Mode("Co-teaching", coteaching_objective, pair=True, rule=keep_rule, aliases=("co-teaching",),
                     settings=R_T),
     "coteach+": Mode("Co-teaching+", coteaching_plus_objective, pair=True, rule=coteach_plus_rule,
-                     aliases=("co-teaching+",), knobs=tuple(R_T), settings=dict(
+                     aliases=("co-teaching+",), settings={**R_T, **dict(
         coteach_plus_init=knob(0, "coteach+: epochs of plain Co-teaching before the disagreement rule (the authors' "
                                   "code: 0 on MNIST; 4 on CIFAR-100 and 19 on CIFAR-10, their init_epoch 5 and 20 with "
-                                  "epochs counted from 1)", (lambda v: v >= 0, "at least 0")))),
-    "jocor": Mode("JoCoR", jocor_objective, pair=True, rule=keep_rule, knobs=tuple(R_T), settings=dict(
-        jocor_lambda=knob(0.95, "jocor: λ in l = (1 - λ)(CE_A + CE_B) + λ(KL(p_A‖p_B) + KL(p_B‖p_A)) (the authors' "
-                                "MNIST command; their README: 0.9 for CIFAR-10, 0.85 for CIFAR-100)",
-                          (unit, "in [0, 1]")))),
-    "decoupling": Mode("Decoupling", decoupling_objective, pair=True),
+                                  "epochs counted from 1)", (lambda v: v >= 0, "at least 0")))}),
 }
