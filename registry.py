@@ -5,7 +5,8 @@ the checks of training/config.py read the entries and name no method, as timm's 
 knob       -- a setting of the method: its default, its flag's help (the paper's symbol first), the values it may take
 Correction -- one self label correction (--lc): its target or its own loss, and the settings of Method it reads
 Mode       -- one training mode (--mode): its objective, Eq. 7's (η, b) or none, what it needs of a run; and, for a
-              mode beyond the paper (the comparison's, lab/), what it does between epochs and its own optimiser
+              mode beyond the paper (the comparison's, lab/), what it does between epochs and its own optimiser and lr
+              schedule, its recipe
 
 A setting declared by a mode (`settings`) is a field of mutual.Comparators and train.py's flag of the same name; the
 paper's own are fields of mutual.Method. An entry's `knobs` names the fields of either that it reads beyond its own.
@@ -79,6 +80,8 @@ class Mode(NamedTuple):
     # setup, given labels, K) -> (models, method, rows) before anything is written (on resume, what it had made; the
     # batches' per-sample rows or None), advance(loop, epoch, setup, args, K) -> loop at each epoch's start, and
     # finish(loop, out) after the last
-    optimiser: Callable | None = None  # (params, args, method) -> each model's optimiser; None: SGD at the run's flags
+    optimiser: Callable | None = None  # (params, args, method) -> each model's optimiser (gradient clipping, a rule on
+    # the gradients: a step pre-hook); None: SGD at the run's flags
+    schedule: Callable | None = None  # (optimiser, args, method) -> its lr schedule; None: MultiStepLR at the run's flags
     check: Callable | None = None  # (args, method) -> what the run lacks, in a line, or None: train.py refuses it
     unbatched: str = ""  # why tools.batched cannot train it ("" where it can)

@@ -403,3 +403,16 @@ def test_a_resume_that_changes_the_arithmetic_says_so_and_records_it(tmp_path, c
     assert resumed[-1]["changed"] == {"amp": ["off", "bf16"]}
     train.main(flags + ["--resume"])  # finished: nothing changes, nothing to warn about
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_run_prints_no_line_over_its_width_and_names_only_the_knobs_it_reads(tmp_path, capsys):
+    """The settings a run prints are every resolved setting but the knobs its mode and label correction do not read
+    (mutual.knobs_read), wrapped: no line of a run's output is longer than report.WIDTH (200) characters."""
+    from training import report
+    train.main(TINY + ["--epochs", "1", "--mode", "static", "--lc", "ls", "--out", str(tmp_path / "r")])
+    out = capsys.readouterr().out.splitlines()
+    assert out and max(len(line) for line in out) <= report.WIDTH
+    first = next(i for i, line in enumerate(out) if line.startswith("settings: "))
+    said = " ".join([out[first]] + [line for line in out[first + 1:] if line.startswith("  ")])
+    assert "ls_eps=0.25" in said and "eta=4.0" in said and "resume=False" in said
+    assert not [k for k in ("mylc_b1=", "cp_beta=", "proselflc_b=", "mkd_eps=", "bootsoft_eps=") if k in said], said

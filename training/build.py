@@ -175,17 +175,19 @@ def weights_meta(args, d, train):
 
 
 def build_models(args, num_classes, train, setup, method=None):
-    """Models A and B (or the cohort's), their optimisers (SGD at the run's flags, or the mode's own:
-    registry.Mode.optimiser, of method) and lr schedules, built before anything is written, and checked to take the
-    training images' size."""
+    """Models A and B (or the cohort's), their optimisers and lr schedules (SGD and MultiStepLR at the run's flags, or
+    the mode's own: registry.Mode.optimiser and .schedule, of method), built before anything is written, and checked
+    to take the training images' size."""
     torch.manual_seed(args.seed)
     own = None if method is None else MODES[method.mode].optimiser
+    schedule = None if method is None else MODES[method.mode].schedule
     try:
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
         nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
         opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
                 if own is None else own(n.parameters(), args, method) for n in nets]
-        lr_scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) for o in opts]
+        lr_scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) if schedule is None
+                     else schedule(o, args, method) for o in opts]
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e).splitlines()[0]) from None
     check_input_size(nets, args.arch.split(","), train, setup)

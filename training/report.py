@@ -6,6 +6,7 @@ chi_keys         -- the row's χ, the step's (Method.chis_at), per model where t
 epoch_line       -- the fixed-format console line of an epoch: lr, training losses, realised noise, chi,
                     selection and its precision, test accuracy, time
 final_accuracies -- the accuracies of a row, for summary.json
+settings_lines   -- the settings a run prints as it starts: every resolved one but the knobs it does not read, wrapped
 tensorboard, add_scalars -- the same numbers as TensorBoard scalars, when tensorboard is installed
 """
 import os
@@ -72,26 +73,46 @@ def fraction(v):
     return "<0.01" if 0 < v < 0.005 else f"{v:.2f}"
 
 
-def epoch_line(row, m=2):
-    """One fixed-format line per epoch, each number under its word (runfiles.WORDS). A pair shows each direction;
-    a cohort the mean over its pairs."""
-    models = NAMES[:m]
-    chi = (" ".join(f"{x.upper()} {row[f'chi_{x}']:.2f}" for x in models) if f"chi_{models[0]}" in row else
-           "  - " if row["chi"] is None else f"{row['chi']:.2f}")  # each model's where they differ
-    noise = "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"
+def each(row, key, form, models):
+    """Each model's number of the row: "A 0.123 B 0.456" (key_a, key_b, ...)."""
+    return " ".join(f"{x.upper()} {row[f'{key}_{x}']:{form}}" for x in models)
+
+
+def per_pair(row, kind, m):
+    """A per-pair number of the row: each direction of a pair ("b2a 0.61 a2b 0.63"), a cohort's mean over its pairs."""
+    show = fraction if kind == "selected" else (lambda v: " -  " if v is None else f"{v:.2f}")
     if m == 2:
-        prec = " ".join(" -  " if v is None else f"{v:.2f}" for v in (row["precision_b2a"], row["precision_a2b"]))
-        selection = f"taught b2a {fraction(row['selected_b2a'])} a2b {fraction(row['selected_a2b'])} | precision {prec}"
-    else:
-        prec = pair_mean(row, "precision")
-        selection = (f"taught mean {fraction(pair_mean(row, 'selected'))} | precision mean "
-                     + (" -  " if prec is None else f"{prec:.2f}"))
-    lr = f"{row['lr']:.4f}" if row["lr"] >= 1e-4 else f"{row['lr']:.0e}"  # T-revision's revision: 5e-07
-    return (f"epoch {row['epoch']:3d} | lr {lr} | loss "
-            + " ".join(f"{x.upper()} {row[f'train_loss_{x}']:.3f}" for x in models)
-            + f" | noise {noise} | chi {chi} | {selection} | test "
-            + " ".join(f"{x.upper()} {row[f'test_acc_{x}']:.1f}" for x in models)
-            + f" mean {row['test_acc_mean']:.1f} | {row['seconds']:.1f}s")
+        return f"b2a {show(row[f'{kind}_b2a'])} a2b {show(row[f'{kind}_a2b'])}" if kind == "selected" else \
+            " ".join(show(row[f"{kind}_{p}"]) for p in ("b2a", "a2b"))
+    return "mean " + show(pair_mean(row, kind))
+
+
+def chi_of(row, models):
+    """χ of the row: each model's where they differ, "-" without a threshold."""
+    if f"chi_{models[0]}" in row:
+        return each(row, "chi", ".2f", models)
+    return "  - " if row["chi"] is None else f"{row['chi']:.2f}"
+
+
+# The epoch line's columns in order: each the word of its numbers (runfiles.WORDS) and what it shows of a row for M
+# models. A new column is one entry here (and its word's there, and its line in docs/training.md's legend).
+LINE = (
+    ("epoch", lambda row, models: f"{row['epoch']:3d}"),
+    ("lr", lambda row, models: f"{row['lr']:.4f}" if row["lr"] >= 1e-4 else f"{row['lr']:.0e}"),  # a revision: 5e-07
+    ("loss", lambda row, models: each(row, "train_loss", ".3f", models)),
+    ("noise", lambda row, models: "  - " if row.get("noise_rate") is None else f"{row['noise_rate']:.2f}"),
+    ("chi", chi_of),
+    ("taught", lambda row, models: per_pair(row, "selected", len(models))),
+    ("precision", lambda row, models: per_pair(row, "precision", len(models))),
+    ("test", lambda row, models: each(row, "test_acc", ".1f", models) + f" mean {row['test_acc_mean']:.1f}"),
+)
+
+
+def epoch_line(row, m=2):
+    """One fixed-format line per epoch, each number under its word (LINE, runfiles.WORDS), and the epoch's seconds.
+    A pair shows each direction; a cohort the mean over its pairs."""
+    models = NAMES[:m]
+    return " | ".join([f"{word} {show(row, models)}" for word, show in LINE] + [f"{row['seconds']:.1f}s"])
 
 
 @torch.no_grad()
@@ -141,6 +162,21 @@ def accuracies(prefix, correct, ensemble, n):
     out = {f"{prefix}_acc_{x}": 100 * v / n for x, v in zip(NAMES, correct)}
     out.update({f"{prefix}_acc_mean": 100 * sum(correct) / (len(correct) * n), f"{prefix}_acc_ens": 100 * ensemble / n})
     return out
+
+
+WIDTH = 200  # the longest line a run prints
+
+
+def settings_lines(config, unread, width=WIDTH):
+    """The settings a run prints as it starts, "settings: k=v ...": every resolved setting of config but those in
+    unread (the knobs of the method its mode and label correction do not read), wrapped at width, the lines after the
+    first indented."""
+    words, lines = [f"{k}={v}" for k, v in config.items() if k not in unread], ["settings:"]
+    for w in words:
+        if len(lines[-1]) + 1 + len(w) > width and lines[-1].strip():
+            lines.append(" ")
+        lines[-1] += " " + w
+    return lines
 
 
 def final_accuracies(row):

@@ -44,10 +44,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from mutual import NAMES
+from mutual import NAMES, knobs_read
 from training import runfiles, source
+from training.config import knob_flags
 from training.errors import UserError
-from training.report import final_accuracies
+from training.report import final_accuracies, settings_lines
 from training.runfiles import (append_entropy_hist, append_metrics, last_metrics, lines_of, read_json, trim_metrics,
                                write_json)
 
@@ -318,7 +319,9 @@ def open_run(args, setup):
         dist.barrier()  # every rank has checked --out before rank 0 writes into it
     if run.finished:
         return run
-    setup.log("settings: " + " ".join(f"{k}={v}" for k, v in setup.config.items()))
+    unread = set(knob_flags().values()) - knobs_read(setup.config["mode"], setup.config["lc"])
+    for line in settings_lines(setup.config, unread):  # what a setting the run does not read would have been, unsaid
+        setup.log(line)
     setup.config["provenance"] = provenance(setup.device, setup.world)  # config.json, not compared on resume
     if args.resume and run.ckpt is None:
         print(f"train.py: note: {args.out} has no checkpoint yet (it stopped in its first epoch); "

@@ -73,3 +73,27 @@ SETTINGS = [(kind, f) for kind, f in test_registries.knobs()
 @pytest.mark.parametrize("kind,f", SETTINGS, ids=[f.name for _, f in SETTINGS])
 def test_every_setting_changes_a_step_exactly_where_its_method_reads_it(kind, f):
     test_registries.check_knob(kind, f, base_method, between_epochs, lambda base, changed: stage_epochs(base, changed))
+
+
+def test_a_method_carries_its_own_recipe_an_optimiser_an_lr_schedule_and_gradient_clipping(tmp_path, monkeypatch):
+    """A mode's entry may hold its authors' recipe (registry.Mode.optimiser and .schedule): here SGD at lr 0.01 and
+    weight decay 1e-4 whose gradients a step pre-hook clips at norm 5, and a cosine schedule. The run's lr follows the
+    schedule epoch by epoch, and the clipping acts at every step."""
+    import math
+
+    import train
+    clipped = []
+
+    def optimiser(params, args, method):
+        params = list(params)
+        opt = torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4)
+        opt.register_step_pre_hook(lambda o, a, kw: clipped.append(float(torch.nn.utils.clip_grad_norm_(params, 5.0))))
+        return opt
+    monkeypatch.setitem(MODES, "gce-recipe", MODES["gce"]._replace(
+        optimiser=optimiser, schedule=lambda opt, args, method: torch.optim.lr_scheduler.CosineAnnealingLR(
+            opt, T_max=args.epochs)))
+    out = str(tmp_path / "run")
+    train.main(test_train.TINY + ["--epochs", "3", "--mode", "gce-recipe", "--out", out])
+    lrs = [r["lr"] for r in test_train.metrics(out)]
+    assert lrs == pytest.approx([0.01 * (1 + math.cos(math.pi * e / 3)) / 2 for e in range(3)])
+    assert len(clipped) == 3 * 3 * 2  # every step of each model: 96 samples in batches of 32, 3 epochs, 2 models
