@@ -1,5 +1,5 @@
 """What every test of the project shares, a plugin of both tiers (pytest.ini: -p hooks; the reference's tests/ and
-the lab's lab/tests/). The cuda marker: tests that need a CUDA device carry @pytest.mark.cuda and are skipped, with the reason,
+the lab's lab/tests/, every test of which is marked slow: the second tier). The cuda marker: tests that need a CUDA device carry @pytest.mark.cuda and are skipped, with the reason,
 where torch sees none. `python -m pytest -m cuda` runs just them (studies/gpu_check.sh on a GPU machine).
 published_md5s: torchvision's published md5 sums, put back after every test that stood tiny files in for them.
 pytest_runtest_call: a Ctrl-C (SIGINT) that train.py or a tool turned into SystemExit(130) inside a test stops the
@@ -24,6 +24,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # the lab's tests are the second tier's, with the slow end-to-end ones (pytest.ini)
+        if "lab" in item.path.parts[len(config.rootpath.parts):-1]:
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=f"needs a CUDA device (torch {torch.__version__} sees none)")

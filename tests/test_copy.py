@@ -136,6 +136,7 @@ def test_the_readme_holds_docs_copy_md_s_block():
     assert readme == [guide_block()], "the README's copy block differs from docs/copy.md's"
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_the_guides_block_runs_as_pasted_and_trains_what_train_py_trains(tmp_path):
     block = guide_block()
     listed, total, whole = pasted(block)
@@ -267,6 +268,7 @@ for eta in (4.0, 2.0):
 """
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_at_ten_classes_and_40_percent_noise_the_blocks_eta_teaches_little_and_eta_2_teaches(tmp_path):
     # docs/copy.md's "Reading the line" and "Choosing η", with the file tools.cmdloss writes
     rows = run_json(tmp_path, TEN_CLASSES, {"cmdloss.py": cmdloss.text()})

@@ -185,6 +185,7 @@ def has_cpp_compiler():
     return any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 @pytest.mark.skipif(not has_cpp_compiler(), reason="torch.compile on CPU (inductor) needs a C++ compiler")
 def test_compile_trains_the_cuda_configuration_on_cpu(tmp_path, monkeypatch):
     # The whole CUDA configuration at once: torch.compile + bf16 + channels_last. mlp is the cheapest model
@@ -276,6 +277,7 @@ def test_training_step_from_low_precision_logits_equals_float32(dtype, mode, lc)
         assert 0 < s["selected_b2a"] < n and 0 < s["selected_a2b"] < n
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_torchrun_smoke_helper_runs_train_py_under_torchrun():
     # the perf suite's NCCL smoke test, run here with gloo, so that its plumbing works before a GPU window
     ok, seconds, why = perf.torchrun_smoke(torch.device("cpu"), timeout=180)

@@ -271,6 +271,7 @@ def test_a_mirror_that_is_no_url_is_one_line(tmp_path, capsys):
     assert "--data-mirror mirror.lan/data is not a URL" in err and os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_the_readme_command_offline_names_the_network_failure(tmp_path, closed_port):
     """A fresh checkout on a machine without network: the README's main command, as typed, in a folder with no data/.
     The network is a proxy that refuses every connection, so nothing leaves the loopback even where a network is."""

@@ -104,6 +104,7 @@ def large_folder(root):
             "--batch-size", "4", "--device", "cpu", "--noise", "none"]
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_a_corrupt_jpeg_in_a_worker_is_one_line_and_the_run_resumes(tmp_path, capsys):
     flags = large_folder(tmp_path / "data") + ["--epochs", "1", "--workers", "1"]
     bad = tmp_path / "data" / "train" / "dog" / "9.jpg"
@@ -240,6 +241,7 @@ def test_resuming_a_finished_run_changes_nothing(finished_run, capsys):
 
 # ---------------------------------------------------------------- 5, 6: Ctrl-C, and time across resumes
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_ctrl_c_is_one_line_with_the_resume_command_and_resuming_matches(tmp_path):
     flags = TINY + ["--synthetic-size", "192", "--epochs", "2", "--seed", "3"]
     full = str(tmp_path / "full")
@@ -271,6 +273,7 @@ def test_ctrl_c_is_one_line_with_the_resume_command_and_resuming_matches(tmp_pat
     assert total >= stopped_at + sum(r["seconds"] for r in metrics(part)[1:]) - 0.1
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_checkpoint_none_writes_no_checkpoint_and_a_stopped_run_says_it_cannot_resume(tmp_path):
     # what the recipe's waves run: their checkpoints never come back from the GPU machine
     flags = TINY + ["--synthetic-size", "192", "--epochs", "40", "--checkpoint", "none"]
@@ -615,6 +618,7 @@ def test_a_ctrl_c_before_training_is_one_line_130_and_writes_nothing(tmp_path, c
     assert capsys.readouterr().err == f"train.py: {train.EARLY}\n"
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_a_ctrl_c_while_torch_imports_stops_the_run_even_where_the_importing_code_catches_the_exit():
     """train.py's handler until torch is imported (errors.stop_early): a SystemExit raised inside an import can be
     caught by the code importing (a bare except), and the run then trained to its end."""

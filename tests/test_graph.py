@@ -63,6 +63,7 @@ def train_steps(how, method, epochs=2, steps=10):
 @pytest.mark.skipif(not has_cpp_compiler(), reason="torch.compile on CPU (inductor) needs a C++ compiler")
 @pytest.mark.parametrize("method,backend", [(Method(mode="progressive", lc="mylc", eta=2.0), "inductor")],
                          ids=["cmd-p-mylc"])
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_the_compiled_step_equals_the_eager_step(monkeypatch, method, backend):
     # 20 steps over two epochs: the lr falls tenfold after the first (a tensor the schedule fills in place), and
     # Co-teaching's R(t) falls from 1 to 0.6 (a new key: a new compiled graph). chi and t/Γ move every step.
@@ -132,6 +133,7 @@ def test_until_a_device_has_checked_the_capture_auto_is_eager_on_cuda():
     assert graph.resolve("auto", torch.device("cuda"), "bf16", Method(), False, False) == "off"
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_a_compiled_run_resumes_bit_for_bit(tmp_path, monkeypatch):
     # The resume keeps what the replay reads (the tensor lr after its milestone, the momentum buffers, r);
     # aot_eager compiles the same graphs as inductor without generating code, which the test above covers.

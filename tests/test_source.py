@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 
 import train
 from test_train import HERE, TINY
@@ -49,6 +51,7 @@ def test_the_digest_is_of_the_source_files_alone_and_moves_with_any_of_them(tmp_
     assert source.pin(str(tmp_path / "copy")) == pinned  # a folder that holds a copy keeps it as it is
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_a_run_names_its_code_in_a_checkout_and_in_a_copy_without_git(tmp_path, monkeypatch):
     """config.json's provenance: the digest and the checkout's commit here; from a copy of the tree without .git, the
     same digest, and the commit only where its caller names it (CMD_COMMIT)."""

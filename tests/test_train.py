@@ -39,6 +39,7 @@ def metrics(out):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_cli_run_writes_every_file_with_its_keys_and_imports_no_torchvision(tmp_path):
     # -X importtime: each module the run imports, one stderr line each. torchvision, 3 s of every start, is imported
     # only where a dataset or a net of its own is read or built (training/datasets.py)
@@ -108,6 +109,7 @@ def test_every_mode_and_lc_trains(tmp_path, mode, lc):
         assert row["selected_b2a"] == 1 and row["selected_a2b"] == 1
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 @pytest.mark.parametrize("peers", [2, 3])
 def test_torchrun_two_cpu_processes_with_gloo(tmp_path, peers):
     out = str(tmp_path / "ddp")
@@ -127,6 +129,7 @@ def test_torchrun_two_cpu_processes_with_gloo(tmp_path, peers):
     assert np.array_equal(np.load(os.path.join(out, "noisy_labels.npy")), np.load(os.path.join(single, "noisy_labels.npy")))
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_one_process_torchrun_goes_through_ddp_and_equals_a_plain_run(tmp_path):
     out, plain = str(tmp_path / "ddp1"), str(tmp_path / "plain")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py",
@@ -154,6 +157,7 @@ def test_zero_knowledge_models_train_as_if_alone(tmp_path):
     assert a1["test_acc_a"] == a2["test_acc_a"]
 
 
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     flags = TINY + ["--synthetic-size", "512", "--epochs", "6", "--seed", "3"]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
