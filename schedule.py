@@ -82,7 +82,7 @@ def eta_bound(num_classes, rate, b):
 def eta_start(num_classes, rate, b):
     """The eta to start with: 3/4 of eta_bound, rounded down to a half, so that chi starts a third above H_nu (2 at K =
     10 and nu = 0.4, 2.5 at K = 100). Why a third: in the project's eta study the networks' mean entropy in epochs
-    2-10 was 1.05-1.28 H_nu, and only a chi above it teaches in those epochs (eta = 2, chi(0) = 1.37 H_nu, taught
+    2-10 was 1.051-1.274 H_nu, and only a chi above it teaches in those epochs (eta = 2, chi(0) = 1.37 H_nu, taught
     0.69-0.83 of the samples an epoch; eta = 2.5, 1.10 H_nu, 0.09-0.32); its clean validation split chose eta = 2
     over 4. Measured at K = 10, nu = 0.4 and b = -5 alone (docs/copy.md): a start, to tune on clean validation
     data."""

@@ -71,3 +71,21 @@ def test_the_copy_guides_table_of_the_two_regimes_is_the_raw_datas():
                    "79.00 ± 0.77"):  # the intervals and accuracies the guide quotes, in the report rendered above
         assert quoted in report, quoted
     assert "+2.68\n  [+0.96, +4.39]" in guide and "+1.21 [+0.56, +1.86]" in guide and "0.86 [0.28, 1.44]" in guide
+
+
+def test_the_guides_entropy_range_is_its_raw_data_divided_by_the_exact_noise_entropy():
+    """docs/copy.md and schedule.py quote the networks' mean entropy in epochs 2-10 of the η study's runs (F) in units
+    of H_ν: the least and the most over its raw data, H_ν = schedule.noise_entropy at K = 10 and 40% (not H_ν rounded
+    to 1.55, which gave 1.28)."""
+    import math
+
+    import schedule
+    with gzip.open(os.path.join(HERE, "docs", "eta", "runs.jsonl.gz"), "rt") as f:
+        runs = [json.loads(line) for line in f]
+    h_nu = schedule.noise_entropy(0.4, 10)
+    ratios = [sum(1 - row[f"confidence_{x}"] for x in "ab") / 2 * math.log(10) / h_nu
+              for r in runs for row in r["rows"][1:10]]  # epochs 2-10: mean H = (1 - r) ln K, Eq. 8
+    lo, hi = f"{min(ratios):.3f}", f"{max(ratios):.3f}"
+    assert (lo, hi) == ("1.051", "1.274")
+    assert f"{lo}–{hi} H_ν" in open(os.path.join(HERE, "docs", "copy.md")).read()
+    assert f"{lo}-{hi} H_nu" in open(os.path.join(HERE, "schedule.py")).read()
