@@ -64,8 +64,9 @@ class RunError(UserError):
     """A run directory that cannot be used. str(error) is one line."""
 
 
-def check_out(out, config, resume):
-    """Refuse to mix two runs; on resume, return the checkpoint (None for a fresh run).
+def check_out(out, config, resume, state):
+    """Refuse to mix two runs; on resume, return the checkpoint (None for a fresh run). state: what --out holds
+    (runfiles.state).
 
     The checkpoint must load with weights_only=True and have been written with the
     same settings, RUN_CONTROL aside. --resume needs an --out that holds a run: a
@@ -76,7 +77,7 @@ def check_out(out, config, resume):
     if where is not None:
         raise RunError(where)
     ckpt_path, config_path = os.path.join(out, "checkpoint.pt"), os.path.join(out, "config.json")
-    used = runfiles.state(out) != runfiles.NEW
+    used = state != runfiles.NEW
     if used and not resume:
         raise RunError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
     if not resume:
@@ -341,12 +342,13 @@ class Run:
 
     def __init__(self, out, config, resume, writes=True):
         self.out, self.config, self.resume, self.writes = out, config, resume, writes
-        self.ckpt = check_out(out, config, resume)             # None for a fresh run
+        state = runfiles.state(out)
+        self.ckpt = check_out(out, config, resume, state)      # None for a fresh run
         self.changed = arithmetic_changes(self.ckpt, config)   # ARITHMETIC settings a resume changes
         self.epochs_done = self.ckpt["epoch"] if self.ckpt else 0
         self.stopwatch = Stopwatch(self.ckpt.get("seconds", 0.0) if self.ckpt else 0.0, self.epochs_done)
-        self.finished = runfiles.state(out) == runfiles.FINISHED  # --resume of a finished run (check_out has compared
-        # its settings): nothing left to do
+        self.finished = state == runfiles.FINISHED  # --resume of a finished run (check_out has compared its
+        # settings): nothing left to do
 
     def noisy_labels(self, n, num_classes):
         """On resume, the labels the run trained on; None for a fresh run."""
