@@ -16,6 +16,7 @@ cohort_objective, peer_mean_objective -- beyond the pair: Eqs. 3-6 for a cohort 
                     the controls --select shuffled (cohort_objective) and --peer-weight mean
 mkd_objective    -- Eq. 2 for the pair or a cohort: Deep Mutual Learning, the all-knowledge baseline of Table 4
 mutual_step      -- one training step: forward, the run's objective (objective_for), backward, the sums
+step_losses      -- the step from the logits on: the objective, the total loss, the sums (tools/batched.py vmaps it)
 Clock            -- where training is: the epoch, the batch, the batches per epoch, Γ, the seed
 step_sums, sum_names, entropy_histogram -- what a step counts for the epoch's diagnostics
 shuffle_draws    -- the random draws of the shuffled-selection control
@@ -216,8 +217,7 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
         z = [net(x) for net in nets]                  # M x (N, K) logits: z[0] of A, z[1] of B
     draws = (shuffle_draws(clock.seed, clock.epoch, clock.batch, len(nets), len(y), y.device)
              if method.select == "shuffled" else None)
-    out = objective_for(method, len(nets))(z, y, method, chi, r, clock, draws, *rows)
-    total = sum(out.losses[1:], out.losses[0])        # L_A + L_B
+    total, sums, h = step_losses(z, y, y_clean, method, chi, r, clock, draws, rows)
     for o in opts:
         o.zero_grad(set_to_none=True)
     precision.scaler.scale(total).backward()
@@ -225,8 +225,17 @@ def mutual_step(nets, opts, batch, method, chi, r, clock, precision):
         precision.scaler.step(o)
     precision.scaler.update()
     with torch.no_grad():
-        sums = step_sums(z, y, y_clean, total, out)
-        return sums, entropy_histogram(torch.stack(out.h), (y != y_clean).float(), z[0].shape[-1])
+        return sums, entropy_histogram(h, (y != y_clean).float(), z[0].shape[-1])
+
+
+def step_losses(z, y, y_clean, method, chi, r, clock, draws=None, rows=()):
+    """The step from the logits on: the run's objective, L_A + L_B and the step's sums. z: M x (N, K) logits; the
+    rest as mutual_step's. Returns (total, sums, h): the loss to backpropagate, the sums (step_sums) and each model's
+    H(p), (M, N). A pure function of tensors: tools/batched.py vmaps it over runs."""
+    out = objective_for(method, len(z))(z, y, method, chi, r, clock, draws, *rows)
+    total = sum(out.losses[1:], out.losses[0])        # L_A + L_B
+    with torch.no_grad():
+        return total, step_sums(z, y, y_clean, total, out), torch.stack(out.h)
 
 
 def step_sums(z, y, y_clean, total, out):
@@ -378,11 +387,11 @@ class Method:
     select: str = knob("confident", "which samples each model teaches its peer: confident = where H(p_j) < χ "
                                     "(Eqs. 3-4); shuffled = as many in each batch, drawn at random (a control "
                                     "that keeps the count, the targets and χ, and drops the choice)",
-                       (lambda v: v in SELECTS, " or ".join(SELECTS)))
+                       choices=SELECTS)
     peer_weight: str = knob("sum", "sum: L_A = L_selfKD(A) + L_B2A (Eqs. 5-6); mean: a taught sample's loss is "
                                    "the mean of its own and its peer's term, so distilling changes its target, "
                                    "never its weight (a control; pairs, and targets q~ only)",
-                            (lambda v: v in PEER_WEIGHTS, " or ".join(PEER_WEIGHTS)))
+                            choices=PEER_WEIGHTS)
     ls_eps: float = knob(0.25, "LS ε in q~ = (1 - ε) q + ε u", (unit, "in [0, 1]"))
     cp_beta: float = knob(0.25, "CP β in H(q, p) - β H(p)", (lambda v: 0 <= v < math.inf, "at least 0"))
     bootsoft_eps: float = knob(0.25, "Boot-soft ε in q~ = (1 - ε) q + ε p", (unit, "in [0, 1]"))

@@ -16,11 +16,13 @@ from dataclasses import field
 from typing import Callable, NamedTuple
 
 
-def knob(default, help, check=None, kind=None):
+def knob(default, help, check=None, kind=None, choices=()):
     """A setting: its default, its flag's help text (the paper's symbol first), the values it may take as (test,
-    what it must be), and its type where the default does not say it (a None default: float unless kind says).
-    training/config.py makes every one a flag from these."""
-    return field(default=default, metadata=dict(help=help, check=check, kind=kind))
+    what it must be) or as the words it may be (choices), and its type where the default does not say it (a None
+    default: float unless kind says). training/config.py makes every one a flag from these."""
+    if choices:
+        check = (lambda v: v in choices, " or ".join(choices))
+    return field(default=default, metadata=dict(help=help, check=check, kind=kind, choices=choices))
 
 
 def unit(v):

@@ -245,16 +245,25 @@ def run_defaults():
             for f in dataclasses.fields(obj) if f.default is not dataclasses.MISSING}
 
 
+def named(node):
+    """The name an expression calls or holds: f for f and for module.f; None for anything else."""
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+
+
 def knob_parameters():
     """{(module.function, parameter): field} for every parameter of a copyable function that a run sets from a field:
     where a file of the project calls the function with `<settings>.<field>` for it, or where a copyable function
-    passes its own parameter on to such a parameter (mkd_loss's eps to dml_loss's)."""
+    passes its own parameter on to such a parameter (mkd_loss's eps to dml_loss's). A call through a dict of functions
+    (SHAPES[name](t, self.eta)) is a call of each."""
     fields = run_defaults()
     fns = {name: (f"{module}.{name}", fn) for module in COPYABLE
            for name, fn in inspect.getmembers(importlib.import_module(module), inspect.isfunction)
            if fn.__module__ == module}
     found, passed_on = {}, []
     paths = [p for p in glob.glob(os.path.join(HERE, "*.py")) if not p.endswith("test_cmd.py")]
+    tables = {t.id: [named(v) for v in n.value.values] for path in paths for n in ast.walk(ast.parse(open(path).read()))
+              if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict) for t in n.targets
+              if isinstance(t, ast.Name)}  # every dict of the root's files, by name: {name: what it holds}
     for path in paths:
         module = os.path.basename(path)[:-3]
         tree = ast.parse(open(path).read())
@@ -263,17 +272,19 @@ def knob_parameters():
         for outer in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))]:  # registries' too
             own = {a.arg for a in outer.args.args + outer.args.kwonlyargs}
             for call in [n for n in ast.walk(outer) if isinstance(n, ast.Call)]:
-                name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
-                name = aliases.get(name, name)
-                if name not in fns:
-                    continue
-                params = list(inspect.signature(fns[name][1]).parameters)
-                for param, arg in [*zip(params, call.args), *((k.arg, k.value) for k in call.keywords)]:
-                    if isinstance(arg, ast.Attribute) and arg.attr in fields:
-                        found[fns[name][0], param] = arg.attr
-                    elif isinstance(arg, ast.Name) and arg.id in own and module in COPYABLE:
-                        passed_on.append(((f"{module}.{getattr(outer, 'name', '<lambda>')}", arg.id),
-                                          (fns[name][0], param)))
+                # f(...), module.f(...), or TABLE[key](...): a dispatch through a dict calls each function it holds
+                table = named(call.func.value) if isinstance(call.func, ast.Subscript) else None
+                for name in tables.get(table, []) if table else [named(call.func)]:
+                    name = aliases.get(name, name)
+                    if name not in fns:
+                        continue
+                    params = list(inspect.signature(fns[name][1]).parameters)
+                    for param, arg in [*zip(params, call.args), *((k.arg, k.value) for k in call.keywords)]:
+                        if isinstance(arg, ast.Attribute) and arg.attr in fields:
+                            found[fns[name][0], param] = arg.attr
+                        elif isinstance(arg, ast.Name) and arg.id in own and module in COPYABLE:
+                            passed_on.append(((f"{module}.{getattr(outer, 'name', '<lambda>')}", arg.id),
+                                              (fns[name][0], param)))
     for _ in passed_on:  # as often as there are links: wrappers of wrappers
         found.update({outer: found[inner] for outer, inner in passed_on if inner in found})
     return found

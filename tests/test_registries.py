@@ -218,11 +218,9 @@ KNOBS = knobs()
 
 
 def other_value(f):
-    """A valid value of knob f other than its default."""
-    if f.name == "select":
-        return "shuffled"
-    if f.name == "peer_weight":
-        return "mean"
+    """A valid value of knob f other than its default: a word's next choice, a number its check accepts."""
+    if f.metadata["choices"]:
+        return next(c for c in f.metadata["choices"] if c != f.default)
     if f.name == "warmup":
         return 9  # past both epochs step_of trains (1 and 8)
     check = f.metadata["check"][0] if f.metadata["check"] else (lambda v: True)

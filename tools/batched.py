@@ -12,12 +12,14 @@ checkpoints and no weights: a finished run is skipped, an interrupted one starts
 whose loss turns NaN or inf writes diverged.json beside its epochs so far, and the others go on.
 
 Per run, exactly as train.py makes it: the training subset, the noisy labels (noise.add_noise with its seed),
-the initial weights (build.build_models), the batch order (Batches.epoch), the lr on its milestones (a
-MultiStepLR per run), χ(t) (Method.chis_at) and MyLC's r. The runs' parameters are stacked
-(torch.func.stack_module_state) and one step of all of them is one vmap of functional_call and of the mode's
-objective, mutual.objective_for: the method is the code train.py runs, not a copy. SGD with momentum is applied to
-the stacks with each run's lr. Floating-point order differs from one run's own matrix products, so the
-numbers agree to rounding, not to the bit; docs/performance.md gives the contract and what it measured.
+the initial weights (build.build_models), the batch order (Batches.epoch), χ(t) (Method.chis_at) and MyLC's r. The
+runs' parameters are stacked (torch.func.stack_module_state), and one step of all of them is one vmap of
+functional_call and of train.py's step from the logits on (mutual.step_losses); the optimiser and lr schedule are
+train.py's (build.optimiser and build.lr_schedule, one for the stack of each lr: SGD is elementwise, so each run's
+slice of the stack steps as its own model would), and the evaluation's counts are report.correct's, vmapped. Nothing
+of the step, the optimiser or the evaluation is written twice. Floating-point order differs from one run's own
+matrix products, so the numbers agree to rounding, not to the bit; docs/performance.md gives the contract and what it
+measured.
 
 group     -- the runs that can train together: equal in every flag but those above (and --out)
 train     -- train one group: data, runs, the epochs; writes each run's files
@@ -40,14 +42,13 @@ from torch.func import functional_call, stack_module_state, vmap
 
 import models
 from label_correction import confidence_from_sum
-from mutual import (CMD_MODES, ENTROPY_BINS, MODES, NAMES, Clock, entropy_histogram, objective_for, shuffle_draws,
-                    step_sums, sum_names)
+from mutual import CMD_MODES, ENTROPY_BINS, MODES, NAMES, Clock, entropy_histogram, shuffle_draws, step_losses, sum_names
 from training import build, graph, rundir, runfiles
 from training.batches import Batches
 from training.build import pick_device
 from training.config import get_args, knobs_for, method_of, resolve, run_name
 from training.errors import UserError, one_line
-from training.report import accuracies, chi_keys, epoch_row, epoch_line, final_accuracies
+from training.report import accuracies_of, chi_keys, correct, epoch_row, epoch_line, final_accuracies, tally
 from tools import sweep
 from tools.paper_tables import same_run
 
@@ -99,6 +100,9 @@ def check(run):
     x = MODES[a.mode]
     if x.unbatched:
         raise BadInput(f"--mode {a.mode} ({x.title}): {x.unbatched}, which one vmapped step cannot hold; use train.py")
+    if x.optimiser is not None:
+        raise BadInput(f"--mode {a.mode} ({x.title}) steps with an optimiser of its own, which would take every run "
+                       f"of a stack for one model; use train.py")
     if a.resume:
         raise BadInput("tools.batched has no --resume: run the same command again; finished runs are skipped and "
                        "the others start again from epoch 1")
@@ -121,13 +125,17 @@ def check(run):
 
 # ---------------------------------------------------------------- one group
 class Runs:
-    """One group's runs on the device: each run's data, labels and batches, the models' stacked parameters and
-    momentum buffers, the lr schedules and MyLC's r. Built per run exactly as train.main builds it."""
+    """One group's runs on the device: each run's data, labels and batches, the models' stacked parameters, their
+    optimisers and lr schedules, and MyLC's r. Built per run exactly as train.main builds it; runs in the order of
+    their lr (self.runs), the first lr first."""
 
     def __init__(self, runs, device):
-        self.runs, self.device = runs, device
-        cache, self.data, self.batches, nets, self.models, self.setups = {}, [], [], [], [], []
+        first = {}
         for run in runs:
+            first.setdefault(run["args"].lr, len(first))
+        self.runs, self.device = sorted(runs, key=lambda run: first[run["args"].lr]), device
+        cache, self.data, self.batches, nets, self.setups = {}, [], [], [], []
+        for run in self.runs:
             a = run["args"]
             setup = build.Setup.of(a)._replace(device=device)
             key = (a.dataset, a.data_dir, a.image_size, a.subset, a.val_split,
@@ -137,9 +145,7 @@ class Runs:
             d, train_set, tests, keep = cache[key]
             build.check_train_size(len(train_set.labels), 1)  # as train.py: DataError before anything is written
             noisy = build.given_labels(a, d, train_set, keep)
-            built = build.build_models(a, d.num_classes, train_set, setup)
-            nets.append(built.nets)
-            self.models.append(built)  # its optimisers step nothing: they carry the lr schedule
+            nets.append(build.build_models(a, d.num_classes, train_set, setup).nets)  # each run's initial weights
             self.data.append((d, tests, key))
             self.batches.append(Batches(train_set, labels=noisy, clean=train_set.labels,
                                         **build.batch_args(a, d, setup)))
@@ -148,100 +154,95 @@ class Runs:
         self.m = len(nets[0])
         self.k = self.data[0][0].num_classes
         self.base = [copy.deepcopy(nets[0][j]).to("meta") for j in range(self.m)]
-        self.params = [stack_module_state([n[j] for n in nets])[0] for j in range(self.m)]
-        self.momentum = [{} for _ in range(self.m)]
+        self.methods = [method_of(run["args"]) for run in self.runs]
+        # the runs of one lr: per model, their parameters stacked (torch.func.stack_module_state), and the optimiser
+        # and lr schedule train.py gives one run's model (build.optimiser, build.lr_schedule; elementwise, so the
+        # stack's is each run's), the runs sharing every setting those read
+        self.stacks, self.opts, self.lr_scheds, self.of_run = [], [], [], []
+        for g, lr in enumerate(first):
+            idx = [i for i, run in enumerate(self.runs) if run["args"].lr == lr]
+            a, method = self.runs[idx[0]]["args"], self.methods[idx[0]]
+            stack = [stack_module_state([nets[i][j] for i in idx])[0] for j in range(self.m)]
+            opts = [build.optimiser(params.values(), a, method) for params in stack]
+            self.stacks.append(stack)
+            self.opts += opts
+            self.lr_scheds += [build.lr_schedule(o, a, method) for o in opts]
+            self.of_run += [opts[0]] * len(idx)
         self.r = [torch.zeros(len(runs), device=device) for _ in range(self.m)]  # MyLC's r: 0 before epoch 1
-        self.lr_t = torch.zeros(len(runs), device=device)  # each run's lr as sgd reads it: filled each epoch
-        self.methods = [method_of(run["args"]) for run in runs]
+
+    def params(self):
+        """Each model's parameters of every run, (R, ...) per name: the stacks of each lr joined, in the runs' order."""
+        if len(self.stacks) == 1:
+            return self.stacks[0]
+        return [{n: torch.cat([stack[j][n] for stack in self.stacks]) for n in self.stacks[0][j]} for j in
+                range(self.m)]
 
     def lr(self):
-        return [m.opts[0].param_groups[0]["lr"] for m in self.models]
+        return [float(o.param_groups[0]["lr"]) for o in self.of_run]
 
     def forward(self, params, x, autocast):
         with torch.autocast(**autocast):
             return [functional_call(self.base[j], params[j], (x,)) for j in range(self.m)]
 
-    def sgd(self, lr, a):
-        """torch.optim.SGD's update (momentum, weight decay, no dampening) on the stacks, each run its own lr: a
-        list, or a device tensor of them (lr_t, which a replayed step reads)."""
-        lr = lr if torch.is_tensor(lr) else torch.tensor(lr, device=self.device)
-        with torch.no_grad():
-            for params, bufs in zip(self.params, self.momentum):
-                for name, p in params.items():
-                    g = p.grad if a.weight_decay == 0 else p.grad.add(p, alpha=a.weight_decay)
-                    if a.momentum:
-                        g = bufs[name] = g.clone() if name not in bufs else bufs[name].mul_(a.momentum).add_(g)
-                    p.addcmul_(-lr.view(-1, *[1] * (p.dim() - 1)), g)
-                    p.grad = None
-
 
 def step(runs, batch, chi, clock, autocast, r=None):
-    """One training step of every run: R x (x, y, y_clean) batches, or the three stacked (R, N, ...) ->
-    (sums (R, S), histograms (R, M, 2, bins)). chi: (R, M), each run's Method.chis_at, or None; r: MyLC's r,
-    M x (R,) (default runs.r)."""
+    """One training step of every run, up to the optimisers' step (Runs.opts): R x (x, y, y_clean) batches, or the
+    three stacked (R, N, ...) -> (sums (R, S), histograms (R, M, 2, bins)). chi: (R, M), each run's Method.chis_at, or
+    None; r: MyLC's r, M x (R,) (default runs.r). Each run's is train.py's mutual.step_losses, vmapped."""
     x, y, y_clean = batch if torch.is_tensor(batch[0]) else (torch.stack(t) for t in zip(*batch))
     r = runs.r if r is None else r
     method = runs.methods[0]  # the group shares everything an objective reads but chi (mutual.cmd_objective)
-    objective = objective_for(method, runs.m)
     draws = (torch.stack([shuffle_draws(run["args"].seed, clock.epoch, clock.batch, runs.m, y.shape[1], runs.device)
                           for run in runs.runs]) if method.select == "shuffled" else None)
 
     def one(params, x, y, y_clean, chi, r, draws):
-        z = runs.forward(params, x, autocast)
-        out = objective(z, y, method, chi, r, clock, draws)
-        total = sum(out.losses[1:], out.losses[0])
-        return total, step_sums(z, y, y_clean, total, out), torch.stack(out.h)
+        return step_losses(runs.forward(params, x, autocast), y, y_clean, method, chi, r, clock, draws)
 
     chi_dim = None if chi is None else 0
     total, sums, h = vmap(one, in_dims=(0, 0, 0, 0, chi_dim, 0, None if draws is None else 0))(
-        runs.params, x, y, y_clean, chi, r, draws)
+        runs.params(), x, y, y_clean, chi, r, draws)
+    for o in runs.opts:
+        o.zero_grad(set_to_none=True)
     total.sum().backward()  # each run's gradient is its own total's: the runs share no parameter
     noisy = (y != y_clean).float().repeat_interleave(runs.m, 0)  # (R M, N)
     hist = entropy_histogram(h.flatten(0, 1), noisy, runs.k).view(len(runs.runs), runs.m, 2, ENTROPY_BINS)
-    return sums.detach(), hist
+    return sums, hist
 
 
 @torch.no_grad()
 def evaluate(runs, autocast):
-    """train.py's evaluation (report.evaluate) of every run: [{test_acc_a, ..., test_acc_ens, ...}]."""
-    out = [{} for _ in runs.runs]
-    by_data = {}
+    """train.py's evaluation (report.evaluate) of every run: [{test_acc_a, ..., test_acc_ens, ...}], its counts
+    (report.correct) vmapped over the runs of each test set."""
+    out, by_data, params = [None] * len(runs.runs), {}, runs.params()
     for i, (d, tests, key) in enumerate(runs.data):
         by_data.setdefault(key, []).append(i)
     for idx in by_data.values():
         d, tests, _ = runs.data[idx[0]]
-        params = [{n: p[idx] for n, p in ps.items()} for ps in runs.params]
+        ps = [{n: p[idx] for n, p in params_j.items()} for params_j in params]
         evals = build.eval_batches(d, tests, runs.setups[idx[0]].placement())
-        for name, batches in evals.items():
-            c = torch.zeros(len(idx), runs.m + 2, device=runs.device)  # per run: correct per model, ensemble, n
-            for x, y, _ in batches.epoch(0, 0):
-                z = vmap(lambda ps: runs.forward(ps, x, autocast))(params)  # M x (R, B, K)
-                p = [torch.softmax(z_k.float(), -1) for z_k in z]
-                c += torch.stack([(p_k.argmax(-1) == y).sum(-1) for p_k in p] + [
-                    (sum(p[1:], p[0]).argmax(-1) == y).sum(-1), torch.full((len(idx),), len(y), device=runs.device)],
-                    -1).float()
-            for i, row in zip(idx, c.tolist()):
-                *correct, e, n = row
-                out[i].update(accuracies("test" if not out[i] else name, correct, e, n))
+        counts = tally(lambda x, y: vmap(lambda q: correct(runs.forward(q, x, autocast), y))(ps), evals)  # (R, M + 2)
+        for row, i in enumerate(idx):
+            out[i] = accuracies_of({name: c[row] for name, c in counts.items()})
     return out
 
 
 def train(group_runs, device, log=print):
     """Train one group (runs that need it) for its epochs; write each run's files. Returns {name: error}."""
-    a0 = group_runs[0]["args"]
     runs = Runs(group_runs, device)
+    group_runs, a0 = runs.runs, runs.runs[0]["args"]
     amp = runs.setups[0].amp  # train.py's precision for this device: bf16 autocast on CUDA unless --amp off
     autocast = dict(device_type=device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
                     enabled=amp != "off")
     how = graph.resolve(a0.graph, device, amp, runs.methods[0], False, False)  # --graph, as train.py reads it
 
     def trained(batch, chi, r, clock):
-        """step and SGD's update with each run's lr: what graph.Replayed records and replays under --graph."""
+        """step and the optimisers' step: what graph.Replayed records and replays under --graph."""
         sums, h = step(runs, batch, chi, clock, autocast, r)
-        runs.sgd(runs.lr_t, a0)
+        for o in runs.opts:
+            o.step()
         return sums, h
 
-    trained = graph.replayed(how, trained, (), runs.methods[0], device)  # no optimiser: lr_t is the lr
+    trained = graph.replayed(how, trained, runs.opts, runs.methods[0], device)
     for run, setup in zip(group_runs, runs.setups):
         for f in FILES + ("diverged.json",):
             if os.path.exists(os.path.join(run["dir"], f)):
@@ -259,7 +260,6 @@ def train(group_runs, device, log=print):
     for epoch in range(a0.epochs):
         t0 = time.time()
         lr = runs.lr()
-        runs.lr_t.copy_(torch.tensor(lr))  # in place: a replayed step reads this tensor
         acc = torch.zeros(len(group_runs), len(names), device=device)
         hist = torch.zeros(len(group_runs), runs.m, 2, ENTROPY_BINS, device=device)
         epochs = [b.epoch(run["args"].seed, epoch) for b, run in zip(runs.batches, group_runs)]
@@ -289,10 +289,8 @@ def train(group_runs, device, log=print):
             run["row"] = row
             with runfiles.appending(os.path.join(run["dir"], "train.log")) as f:
                 f.write(epoch_line(row, runs.m) + "\n")
-        for m in runs.models:
-            for o, lr_sched in zip(m.opts, m.lr_scheds):
-                o.step()  # it holds no gradient: only its lr schedule moves
-                lr_sched.step()
+        for lr_sched in runs.lr_scheds:
+            lr_sched.step()
         samples = s_all[0][names.index("samples")]
         runs.r = confidence_from_sum([acc[:, names.index(f"entropy_{x}")] for x in NAMES[:runs.m]], samples, k)
         if not alive:

@@ -11,6 +11,7 @@ check_train_size -- enough training samples for a batch on every process, checke
 batch_args   -- Batches' settings for the training set
 eval_batches -- one Batches per test set
 build_models -- models A and B (or a cohort), their optimisers and lr schedules, seeded by --seed
+optimiser, lr_schedule -- a model's optimiser and its lr schedule: the run's flags' SGD and MultiStepLR, or the mode's
 check_input_size -- each model takes the training images' size, checked before anything is written
 """
 import math
@@ -175,23 +176,34 @@ def weights_meta(args, d, train):
 
 
 def build_models(args, num_classes, train, setup, method=None):
-    """Models A and B (or the cohort's), their optimisers and lr schedules (SGD and MultiStepLR at the run's flags, or
-    the mode's own: registry.Mode.optimiser and .schedule, of method), built before anything is written, and checked
-    to take the training images' size."""
+    """Models A and B (or the cohort's), their optimisers and lr schedules (optimiser, lr_schedule), built before
+    anything is written, and checked to take the training images' size."""
     torch.manual_seed(args.seed)
-    own = None if method is None else MODES[method.mode].optimiser
-    schedule = None if method is None else MODES[method.mode].schedule
     try:
         nets = [models.build_model(a, num_classes, pretrained=args.pretrained) for a in args.arch.split(",")]
         nets = [n.to(setup.device, memory_format=setup.fmt) for n in nets]
-        opts = [torch.optim.SGD(n.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-                if own is None else own(n.parameters(), args, method) for n in nets]
-        lr_scheds = [torch.optim.lr_scheduler.MultiStepLR(o, args.milestones, args.lr_decay) if schedule is None
-                     else schedule(o, args, method) for o in opts]
+        opts = [optimiser(n.parameters(), args, method) for n in nets]
+        lr_scheds = [lr_schedule(o, args, method) for o in opts]
     except (RuntimeError, ValueError) as e:
         raise UserError(str(e).splitlines()[0]) from None
     check_input_size(nets, args.arch.split(","), train, setup)
     return rundir.Models(nets, opts, lr_scheds)
+
+
+def optimiser(params, args, method=None):
+    """A model's optimiser: SGD at the run's flags, or the mode's own (registry.Mode.optimiser, of method)."""
+    own = None if method is None else MODES[method.mode].optimiser
+    if own is not None:
+        return own(params, args, method)
+    return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+
+
+def lr_schedule(opt, args, method=None):
+    """An optimiser's lr schedule: MultiStepLR at the run's milestones, or the mode's own (registry.Mode.schedule)."""
+    own = None if method is None else MODES[method.mode].schedule
+    if own is not None:
+        return own(opt, args, method)
+    return torch.optim.lr_scheduler.MultiStepLR(opt, args.milestones, args.lr_decay)
 
 
 @torch.no_grad()

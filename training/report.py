@@ -1,6 +1,7 @@
 """What a run reports: test accuracy, one metrics line per epoch, and the console line (paper §4's numbers).
 
 evaluate         -- top-1 accuracy of A, B, their mean (the tables' number) and their ensemble, per test set
+correct, tally, accuracies_of -- its parts: one batch's counts (tools/batched.py vmaps it), their sums, the numbers
 epoch_row        -- the metrics.jsonl line of an epoch, from its sums (mutual.sum_names)
 chi_keys         -- the row's χ, the step's (Method.chis_at), per model where the models' differ
 epoch_line       -- the fixed-format console line of an epoch: lr, training losses, realised noise, chi,
@@ -122,21 +123,42 @@ def evaluate(nets, evals, autocast, device, ranks=ALONE):
     torchrun, training/ranks.py's agreement, reached before each set's counts are summed over the ranks."""
     for n in nets:
         n.eval()
-    m, out = len(nets), {}
+
+    def count(x, y):
+        with torch.autocast(**autocast):
+            return correct([net(x) for net in nets], y)
+    return accuracies_of(tally(count, evals, ranks))
+
+
+def correct(z, y):
+    """The counts of one test batch: correct predictions of each model, of their averaged probabilities, and the
+    samples, (M + 2,) float. z: M x (N, K) logits; y: (N,). A pure function of tensors: tools/batched.py vmaps it over
+    runs."""
+    p = [F.softmax(z_k.float(), -1) for z_k in z]
+    return torch.stack([(p_k.argmax(-1) == y).sum() for p_k in p] + [
+        (sum(p[1:], p[0]).argmax(-1) == y).sum(), torch.ones_like(y).sum()]).float()
+
+
+def tally(count, evals, ranks=ALONE):
+    """{set: counts}: count(x, y) summed over every batch of each test set of evals (under torchrun, over every rank
+    too). count: correct on the models' logits, (M + 2,), or tools/batched.py's of every run, (R, M + 2)."""
+    out = {}
     for name, batches in evals.items():
-        c = torch.zeros(m + 2, device=device)  # correct per model, correct ensemble, samples
         with ranks.held():  # under torchrun, an image this rank cannot read stops every rank at the agreement below
-            for x, y, _ in batches.epoch(0, 0):
-                with torch.autocast(**autocast):
-                    z = [net(x) for net in nets]
-                p = [F.softmax(z_k.float(), -1) for z_k in z]
-                c += torch.stack([(p_k.argmax(-1) == y).sum() for p_k in p] + [
-                    (sum(p[1:], p[0]).argmax(-1) == y).sum(), torch.tensor(len(y), device=device)]).float()
+            c = sum(count(x, y) for x, y, _ in batches.epoch(0, 0))
         if dist.is_available() and dist.is_initialized():
             ranks.agree()
             dist.all_reduce(c)
-        *correct, e, n = c.tolist()
-        out.update(accuracies("test" if not out else name, correct, e, n))  # the first set is "the" test set
+        out[name] = c
+    return out
+
+
+def accuracies_of(counts):
+    """evaluate's dict from tally's counts of one run."""
+    out = {}
+    for name, c in counts.items():
+        *right, e, n = c.tolist()
+        out.update(accuracies("test" if not out else name, right, e, n))  # the first set is "the" test set
     return out
 
 
