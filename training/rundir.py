@@ -130,7 +130,12 @@ def _writable_ancestor(out):
 
 
 def _same_settings(saved, config, path):
-    diff = sorted(k for k in config if k not in RUN_CONTROL + ARITHMETIC and saved.get(k) != config[k])
+    """RunError unless config's settings are saved's, RUN_CONTROL, ARITHMETIC and the knobs the run does not read
+    aside (a CMD run started by python lab/train.py, whose config.json holds the lab's knobs too, resumes by
+    train.py)."""
+    unread = set(knob_flags().values()) - knobs_read(config["mode"], config["lc"])
+    diff = sorted(k for k in config if k not in RUN_CONTROL + ARITHMETIC and k not in unread
+                  and saved.get(k) != config[k])
     if diff:
         raise RunError(f"cannot resume: {path} was written with different settings ({', '.join(diff)}); "
                        f"rerun with the same flags or another --out")

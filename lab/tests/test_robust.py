@@ -296,8 +296,8 @@ STAGED = ["--dataset", "synthetic", "--arch", "mlp", "--synthetic-size", "96", "
           "--mode", "zero", "--warmup", "1", "--noise", "pair"]
 
 
-@pytest.mark.parametrize("lc", ["trevision", "forward-anchor"])
-def test_the_estimate_is_the_anchor_points_of_each_models_predictions_when_the_warm_up_ends(tmp_path, lc):
+@pytest.mark.parametrize("mode", ["trevision", "forward-anchor"])
+def test_the_estimate_is_the_anchor_points_of_each_models_predictions_when_the_warm_up_ends(tmp_path, mode):
     """The checkpoint after the stage holds each model's T̂: forward.anchor_transition of that model's predicted
     probabilities on the training set (eval mode, no augmentation) at the warm-up's end, which a CE run of the
     warm-up's length reaches bit for bit (test_a_warm_up_trains_plain_ce_then_the_label_correction)."""
@@ -305,8 +305,8 @@ def test_the_estimate_is_the_anchor_points_of_each_models_predictions_when_the_w
     from mutual import NAMES
     from training import build, config
     from training.report import predictions
-    out, ce = str(tmp_path / lc), str(tmp_path / "ce")
-    train.main(STAGED + ["--lc", lc, "--out", out])
+    out, ce = str(tmp_path / mode), str(tmp_path / "ce")
+    train.main(STAGED + ["--mode", mode, "--out", out])
     warm = [a for a in STAGED if a not in ("--warmup", "1")]
     warm[warm.index("--epochs") + 1] = "1"
     train.main(warm + ["--lc", "ce", "--out", ce])  # the warm-up alone: its final weights are the stage's models
@@ -317,7 +317,7 @@ def test_the_estimate_is_the_anchor_points_of_each_models_predictions_when_the_w
         net.load_state_dict(torch.load(tmp_path / "ce" / f"model_{k}.pt", weights_only=True))
     probs = predictions(nets, build.eval_batches(d, {"train": train_set}, build.Setup.of(args).placement())["train"],
                         dict(device_type="cpu", enabled=False))
-    ckpt = torch.load(tmp_path / lc / "checkpoint.pt", weights_only=True)
+    ckpt = torch.load(tmp_path / mode / "checkpoint.pt", weights_only=True)
     for k, p in zip(NAMES, probs):
         want = torch.as_tensor(forward.anchor_transition(p), dtype=torch.float32)
         assert torch.equal(ckpt[f"state_estimate_{k}"], want), k
