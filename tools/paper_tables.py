@@ -31,7 +31,8 @@ from training import runfiles
 from training.errors import UserError
 
 ETA_START = "@eta-start"  # --eta's value in a row at the copy guide's η: schedule.eta_start for the scale's K and the
-# column's noise rate (2 at K = 10 and 40%)
+# column's noise rate, from symmetric noise's H_ν in every column (2 at K = 10 and 40%), as the guide gave it when the
+# table ran; by the rows of the column's own noise it is 4.5 for IDN at 40% (docs/results.md)
 AFTER = "@row:"  # a flag's value that names another row of its table: the folder of that row's run of the same
 # column and seed, which the run reads (Joint optimisation's second step, --labels-from its first); it starts after
 # it. In a run's key (sweep.json) the value also holds that row's flags (cell_flags, after "|"), so that a run whose
@@ -397,7 +398,7 @@ def cell_flags(t, row, col, scale):
     flags = t["base"] + dict((r[0], r[2]) for r in t["rows"])[row] + whose[0] + col_flags
     if ETA_START in flags:  # the copy guide's η for the scale's K and the column's noise rate
         rate = float(dict(zip(col_flags[::2], col_flags[1::2])).get("--rate", 0))
-        start = schedule.eta_start(scale_classes(scale), rate, THRESHOLDS["progressive"][1])  # at CMD-P's b
+        start = schedule.eta_start(scale_classes(scale), rate, THRESHOLDS["progressive"][1], "sym")  # CMD-P's b
         flags = [f"{start:g}" if f == ETA_START else f for f in flags]
     if scale != "paper":
         i = flags.index("--arch") if "--arch" in flags else None
