@@ -17,34 +17,42 @@ HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_the_study_runs_packs_and_reports_what_its_runs_logged(tmp_path, monkeypatch, capsys):
     write_idx(tmp_path / "data", n_train=160, n_test=40)
     monkeypatch.setattr(fmnist, "BASE", TINY_BASE)  # 2 epochs
-    monkeypatch.setattr(eta, "ETAS", (2.0, 4.0))
+    monkeypatch.setattr(eta, "ETAS", {"sym": (2.0, 4.0), "pair": (2.0, 4.5)})
     monkeypatch.setattr(eta, "SEEDS", (0, 1))
     monkeypatch.setattr(eta, "EPOCHS", (1, 2))
     out, raw = str(tmp_path / "runs"), str(tmp_path / "docs" / "runs.jsonl.gz")
-    assert eta.main(["run", "--out", out, "--data-dir", str(tmp_path / "data")]) == 0
+    data = ["--out", out, "--data-dir", str(tmp_path / "data")]
+    assert eta.main(["run", *data, "--rows", "baselines"]) == 0  # the baselines first, which fix the regimes
+    assert not any("progressive" in name for _, _, names in os.walk(out) for name in names + _)
+    assert eta.main(["run", *data, "--rows", "cmd"]) == 0
     assert eta.main(["pack", "--out", out, "--raw", raw]) == 0
     assert eta.main(["report", "--raw", raw]) == 0
     capsys.readouterr()
     with gzip.open(raw, "rt") as f:
         runs = [json.loads(line) for line in f]
-    assert sorted((r["lr"], r["eta"], r["seed"]) for r in runs if r["eta"] is not None) == sorted(
-        (lr, e, s) for lr in eta.REGIMES for e in (2.0, 4.0) for s in (0, 1))
-    assert sum(r["eta"] is None for r in runs) == 2 * len(eta.REGIMES)  # zero knowledge beside each regime
+    assert sorted((r.get("noise", "sym"), r["lr"], r["eta"], r["seed"]) for r in runs if r["eta"] is not None) == sorted(
+        (noise, lr, e, s) for noise, lr in eta.REGIMES for e in eta.ETAS[noise] for s in (0, 1))
+    assert sorted((r.get("noise", "sym"), r["lr"], r.get("lc", "mylc")) for r in runs if r["eta"] is None) == sorted(
+        (noise, lr, lc) for noise, lr in eta.REGIMES for lc in eta.BASELINES[noise] for _ in (0, 1))
     report = open(tmp_path / "docs" / "report.md").read()
     assert os.path.getsize(tmp_path / "docs" / "eta-regimes.png") > 10_000
     # a cell is the mean over seeds of the mean of b2a and a2b, as the runs' own metrics.jsonl logged it
-    name = {2.0: "progressive-eta2", 4.0: "progressive"}
-    for lr in eta.REGIMES:
-        for e in (2.0, 4.0):
+    for (noise, lr), name in eta.REGIMES.items():
+        for e in eta.ETAS[noise]:
             taught = []
             for s in (0, 1):
-                d = os.path.join(out, f"lr{lr:g}", f"sym0.4-{name[e]}-mylc-lr{lr:g}-s{s}")
+                d = os.path.join(out, eta.folder((noise, lr)), f"{noise}0.4-progressive{'' if e == 4.0 else f'-eta{e:g}'}"
+                                 f"-mylc-lr{lr:g}-s{s}")
                 row = [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))][1]
                 taught.append((row["selected_b2a"] + row["selected_a2b"]) / 2)
             mean, _, _ = eta.mean_std(taught)
-            line = next(ln for ln in report.splitlines() if ln.startswith(f"| {e:g} | 2 |") and
-                        report.index(ln) > report.index(f"## lr {lr:g}"))
+            head = f"## {'' if noise == 'sym' else f'{noise} noise, '}lr {lr:g}: {name}"
+            section = report[report.index(head):]
+            line = next(ln for ln in section.splitlines() if ln.startswith(f"| {e:g} | 2 |"))
             assert line.split(" | ")[3].split(" ± ")[0] == f"{mean:.2f}", line
+    pair = report[report.index("## pair noise"):]
+    assert "0.71 with this noise's H_ν = 0.67 and 0.33 with symmetric noise's, 1.55" in pair  # the onset's thresholds
+    assert "| CE |" in pair and "final − CE's" in pair
 
 
 def test_the_committed_report_renders_unchanged_from_the_committed_raw_data(tmp_path, capsys):
