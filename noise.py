@@ -5,7 +5,8 @@ NOISE             -- the registry: train.py's --noise names, each a NoiseKind (i
 max_rate, check_rate -- the rates a kind takes with K classes: below (K - 1)/K, and its own bound (pair: 0.5)
 transition_matrix -- T[c, c'] = P(noisy label c' | clean label c) for a kind of NOISE that has a matrix
 instance_rows     -- idn: Xia et al. 2020's instance-dependent noise, each sample's row P(ỹ | x, y) from its image
-add_noise         -- draw each sample's noisy label from its row of T (or its own row), reproducibly
+add_noise         -- draw each sample's noisy label from its row of T (or its own row), reproducibly; or flip exactly
+                     r of each class (exact=True: exactly_flipped)
 
 Symmetric noise changes a label "uniformly to one of the other classes with a
 probability of noise rate r": a flipped label is always a different class, so the
@@ -160,18 +161,25 @@ def transition_matrix(kind, rate, num_classes):
     return NOISE[kind].matrix(rate, k)
 
 
-def add_noise(labels, kind, rate, num_classes, seed, inputs=None):
+def add_noise(labels, kind, rate, num_classes, seed, inputs=None, exact=False):
     """Noisy labels: label n is drawn from row labels[n] of transition_matrix(kind, rate, K), or, for a kind that
-    depends on the sample (NoiseKind.rows), from its own row, made from inputs[n].
+    depends on the sample (NoiseKind.rows), from its own row, made from inputs[n]. Each sample on its own: a
+    class's realised rate varies around r (train.py's way, and the paper's code's).
 
     labels: (N,) integer array-like of clean labels in [0, K). seed: int for
     numpy.random.default_rng, whose PCG64 stream is the same on every machine. inputs: the N images, uint8
-    (N, C, H, W), for a kind with rows. Returns a new (N,) int64 numpy array; the input is never changed.
+    (N, C, H, W), for a kind with rows. exact: flip exactly round((1 - T[c, c]) n_c) of the n_c samples of each
+    class c instead (r of each class, for sym and pair), chosen at random, each to a class drawn from its row's
+    other entries (exactly_flipped). Returns a new (N,) int64 numpy array; the input is never changed.
     """
     y = np.array(labels, dtype=np.int64)  # a copy
     if y.size and (y.min() < 0 or y.max() >= num_classes):
         raise ValueError(f"labels must lie in [0, {num_classes}), got [{y.min()}, {y.max()}]")
     x = NOISE.get(kind)
+    if exact:
+        if x is not None and x.rows is not None:
+            raise ValueError(f"{kind} noise flips each sample at its own rate: there is no exact count per class")
+        return exactly_flipped(y, transition_matrix(kind, rate, num_classes), seed)
     if x is not None and x.rows is not None:
         if not 0 <= rate < 1 or num_classes < x.min_classes:
             raise ValueError(f"{kind} noise takes a rate in [0, 1) and at least {x.min_classes} classes")
@@ -191,3 +199,19 @@ def add_noise(labels, kind, rate, num_classes, seed, inputs=None):
         cdf = np.cumsum(t, axis=1)[y]  # (N, K)
     noisy = (u[:, None] >= cdf).sum(axis=1)  # the first class whose cdf exceeds u
     return np.minimum(noisy, num_classes - 1).astype(np.int64)  # guard cdf[-1] < 1 by rounding
+
+
+def exactly_flipped(y, t, seed):
+    """add_noise(..., exact=True): of the n_c samples of each class c, exactly round((1 - T[c, c]) n_c), drawn at
+    random, take a class drawn from T[c]'s other entries (renormalised); the others keep their label."""
+    rng = np.random.default_rng(seed)
+    noisy = y.copy()
+    for c in range(len(t)):
+        at = np.flatnonzero(y == c)
+        flips = int(round((1 - t[c, c]) * len(at)))
+        if flips == 0:
+            continue
+        off = np.array(t[c], dtype=np.float64)
+        off[c] = 0
+        noisy[rng.choice(at, flips, replace=False)] = rng.choice(len(t), flips, p=off / off.sum())
+    return noisy

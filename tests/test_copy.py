@@ -361,6 +361,42 @@ print(json.dumps([add_noise({labels!r}, kind, 0.4, 10, seed=3).tolist() for kind
     assert got == [noise.add_noise(labels, kind, 0.4, 10, seed=3).tolist() for kind in ("sym", "pair")]
 
 
+@pytest.mark.parametrize("kind", ["sym", "pair"])
+def test_exact_noise_flips_exactly_r_of_each_class_and_the_default_each_sample_at_r(kind):
+    """add_noise(exact=True): exactly round(0.4 n_c) samples of each class flipped, each to another class (pair: to
+    c + 1), reproducibly; the default flips each sample on its own, so a class's realised rate varies around 0.4, as
+    the guide says (binomially, one standard deviation sqrt(0.4 x 0.6 / 720) = 0.018 at 720 a class: over 50 draws of
+    10 classes, within 10% of it); idn has no count to keep, and says so."""
+    y = np.repeat(np.arange(10), [720] * 9 + [333])
+    exact = noise.add_noise(y, kind, 0.4, 10, seed=5, exact=True)
+    assert np.array_equal(exact, noise.add_noise(y, kind, 0.4, 10, seed=5, exact=True))
+    for c in range(10):
+        assert (exact[y == c] != c).sum() == round(0.4 * (y == c).sum())
+    if kind == "pair":
+        assert set(((exact - y) % 10)[exact != y]) == {1}
+    else:  # a flip goes to each other class alike
+        assert np.bincount(((exact - y) % 10)[exact != y], minlength=10)[1:].min() > 0.8 * (exact != y).sum() / 9
+    even = np.repeat(np.arange(10), 720)
+    rates = [(each[even == c] != c).mean() for seed in range(50)
+             for each in [noise.add_noise(even, kind, 0.4, 10, seed=seed)] for c in range(10)]
+    assert np.std(rates) == pytest.approx(math.sqrt(0.4 * 0.6 / 720), rel=0.1) and np.mean(rates) == pytest.approx(0.4,
+                                                                                                              abs=0.003)
+    with pytest.raises(ValueError, match="no exact count"):
+        noise.add_noise(y, "idn", 0.4, 10, seed=0, inputs=np.zeros((len(y), 1, 2, 2), np.uint8), exact=True)
+
+
+def test_the_guide_counts_the_noise_files_functions():
+    """docs/copy.md names every function of noise.py, the file tools.cmdloss --noise copies whole, and their number."""
+    import ast
+    names = [n.name for n in ast.parse(open(os.path.join(HERE, "noise.py")).read()).body
+             if isinstance(n, ast.FunctionDef)]
+    guide = open(GUIDE).read()
+    words = "zero one two three four five six seven eight nine ten eleven twelve".split()
+    assert f"Its {words[len(names)]} functions" in guide and f"whole: {words[len(names)]} functions" in guide
+    intro = guide[:guide.index("## The loop")]
+    assert [n for n in names if f"`{n}`" not in intro] == []
+
+
 def test_tools_cmdloss_checks_both_files_before_it_writes_either(tmp_path, capsys):
     argv = shown_cmdloss(tmp_path)
     loss_file, noise_file = argv[0], argv[argv.index("--noise") + 1]
