@@ -482,3 +482,66 @@ def test_idns_entropy_is_the_mean_entropy_of_the_rows_it_draws():
     for kind in ("sym", "pair"):  # the closed forms are their matrices' rows
         assert schedule.row_entropy(noise.transition_matrix(kind, 0.4, 10)) == pytest.approx(
             schedule.noise_entropy(0.4, 10, kind), rel=1e-12)
+
+
+def accelerate_block(tmp_path):
+    """docs/copy.md's Accelerate block, as main.py beside the cmdloss.py tools.cmdloss writes, in tmp_path."""
+    block, = blocks_in(GUIDE, "## In Hugging Face Accelerate")
+    (tmp_path / "cmdloss.py").write_text(cmdloss.text())
+    return block
+
+
+@pytest.mark.slow  # a process of its own: the second tier (python -m pytest -q -m slow lab tests)
+def test_the_accelerate_block_in_one_process_prints_the_blocks_lines(tmp_path):
+    """One process, no mixed precision: the Accelerate block's loader, reduce and gathered evaluation change no
+    number of the block's own run; it prints the lines docs/copy.md quotes below the block, then its test count."""
+    pytest.importorskip("accelerate")
+    printed = run_alone(tmp_path, accelerate_block(tmp_path), {"cmdloss.py": None})
+    quoted = quoted_lines()
+    assert len(printed) == len(quoted) + 1
+    assert all(close(q, p) for q, p in zip(quoted, printed)), "\n".join(printed)
+    assert re.fullmatch(r"trained on 128 samples an epoch; test A \d+\.\d B \d+\.\d on 100 samples", printed[-1])
+
+
+@pytest.mark.slow  # two processes of their own (torchrun, gloo on the CPU)
+def test_the_accelerate_block_in_two_processes_sums_both_and_steps_by_its_own_loader(tmp_path):
+    """torchrun --standalone --nproc-per-node 2, as docs/copy.md shows it: one line per epoch (the main process's),
+    the epoch's counts summed over both processes (128 samples, where each trains on 64), the evaluation gathered
+    from both (100 samples, where each holds 50 and one repeated one), and χ at t = epoch + step/steps with steps
+    the prepared loader's 2 batches a process (at the last step of epoch 1, t = 0.5; the one-process block's is 0.75)."""
+    pytest.importorskip("accelerate")
+    block = accelerate_block(tmp_path)
+    assert "torchrun --standalone --nproc-per-node 2 train_cmd_accelerate.py" in open(GUIDE).read()
+    (tmp_path / "main.py").write_text(block)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = res.stdout.splitlines()
+    lines = [LINE.match(line) for line in printed if line.startswith("epoch")]
+    assert len(lines) == len(quoted_lines()) == len(printed) - 1 and all(lines)
+    chi = [float(m["chi"]) for m in lines]
+    assert chi[0] == pytest.approx(schedule.chi(0.5, len(lines), 10, 4.0, -5.0), abs=1e-4)
+    assert chi[0] != pytest.approx(schedule.chi(0.75, len(lines), 10, 4.0, -5.0), abs=1e-4)
+    assert re.fullmatch(r"trained on 128 samples an epoch; test A \d+\.\d B \d+\.\d on 100 samples", printed[-1])
+
+
+def test_bf16_logits_move_r_little_and_a_bf16_sum_moves_it_more():
+    """docs/copy.md's *Mixed precision*: over an epoch of 7,680 predictions at K = 10 (logits of spread 3), r from
+    bf16-rounded logits with the entropies summed in float32 is within 1e-4 of the float32 path, though a sample's
+    H(p) moves by up to about 0.01 nats; the same entropies summed in a bf16 accumulator move r by more than 1e-3."""
+    g = torch.Generator().manual_seed(0)
+    z = 3 * torch.randn(60, 128, 10, generator=g)  # 60 batches of 128
+    k = 10
+    h32 = torch.stack([losses.entropy(torch.softmax(b, -1)) for b in z])
+    h16 = torch.stack([losses.entropy(torch.softmax(b.bfloat16().float(), -1)) for b in z])
+    n = z.shape[0] * z.shape[1]
+    r32, = label_correction.confidence_from_sum([h32.sum()], n, k)
+    r16, = label_correction.confidence_from_sum([h16.sum()], n, k)
+    assert 0.005 < (h16 - h32).abs().max() < 0.02
+    assert abs(float(r16 - r32)) < 1e-4
+    acc = torch.zeros((), dtype=torch.bfloat16)
+    for b in h16:  # the epoch's sum kept in bf16, a batch's sum added each step
+        acc += b.sum().bfloat16()
+    r_acc, = label_correction.confidence_from_sum([acc.float()], n, k)
+    assert abs(float(r_acc - r32)) > 1e-3
