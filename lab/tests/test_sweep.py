@@ -108,17 +108,23 @@ def refused(capsys, *argv):
 
 
 def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_path):
-    """docs/table3-fmnist's table is the sweep's own rendering of its committed raw data: no number by hand."""
+    """docs/table3-fmnist's table is the sweep's own rendering of its committed raw data, the Sym 40% column of one code:
+    no number by hand, and every one results.md and the README quote from it is in it."""
     docs = os.path.join(HERE, "docs", "table3-fmnist")
     raw = os.path.join(docs, "runs.jsonl.gz")
     assert sweep.main(["table3", "--scale", "fmnist", "--seeds", "5", "--out", str(tmp_path), "--from", raw]) == 0
     body = lambda path: "\n".join(x for x in open(path).read().splitlines() if not x.startswith("scale "))  # noqa: E731
     # (but the line that says where the runs ran)
     assert body(tmp_path / "table3-fmnist.md") == body(os.path.join(docs, "table3-fmnist.md"))
-    assert len(sweep.read_raw(raw)) == (20 + 19) * 5  # 20 rows at Sym 40%, 19 at IDN 40% (no true T there), 5 seeds
+    runs = sweep.read_raw(raw)
+    assert len(runs) == 20 * 5 and all("--noise sym --rate 0.4 " in " ".join(r["key"]) for r in runs)  # 20 rows, 5 seeds
+    assert len({r["provenance"]["code"] for r in runs}) == 1 and all(r["provenance"]["git_commit"] for r in runs)
     assert "(n=" not in body(tmp_path / "table3-fmnist.md")  # every cell has its 5 seeds
     text = open(os.path.join(HERE, "docs", "results.md")).read()  # what results.md quotes of it is in it
-    section = text[text.index("## Table 3 on Fashion-MNIST"):text.index("## The paper's tables")]
+    readme = open(os.path.join(HERE, "README.md")).read()  # and the README's bullet
+    bullet = readme[readme.index("- **Table 3's methods"):readme.index("40% and Table 3")]
+    assert len(re.findall(r"\d+\.\d\d ± \d+\.\d\d", bullet)) >= 3
+    section = text[text.index("## Table 3 on Fashion-MNIST"):text.index("## The paper's tables")] + bullet
     table = body(tmp_path / "table3-fmnist.md").replace("-", "−")
     quoted = re.findall(r"\d+\.\d\d ± \d+\.\d\d", section) + re.findall(r"[+−]\d+\.\d\d \[[+−]\d+\.\d\d, [+−]\d+\.\d\d\]",
                                                                         section)
