@@ -40,7 +40,8 @@ RAW = os.path.join(HERE, "docs", "eta", "runs.jsonl.gz")
 REGIMES = {("sym", 0.05): "memorising", ("sym", 0.0044): "not memorising", ("pair", 0.05): "memorising, pair noise"}
 ETAS = {"sym": (2.0, 2.5, 3.0, 4.0), "pair": (2.0, 4.5)}  # pair: the symmetric table's start and schedule.eta_start's
 BASELINES = {"sym": ("mylc",), "pair": ("mylc", "ce")}  # the label corrections of each noise's zero-knowledge rows
-REFERENCE = {"sym": (4.0, "mylc"), "pair": (None, "ce")}  # the row each regime's final accuracies are paired with
+# the rows each regime's final accuracies are paired with, a column each (pair noise: CE, and zero knowledge)
+REFERENCE = {"sym": ((4.0, "mylc"),), "pair": ((None, "ce"), (None, "mylc"))}
 B = -5.0
 SEEDS = (0, 1, 2)
 EPOCHS = (1, 2, 3, 5, 10, 20, 40, 60, 80)  # the report's epochs
@@ -102,8 +103,9 @@ def run_rows(d):
 
 
 def pack(out, path):
-    """Every finished run under out into the raw data at path. Returns how many runs it holds."""
-    lines = []
+    """Every finished run under out into the raw data at path, beside the runs it already holds of the regimes with
+    none under out (so a regime can be run, or run again, on its own). Returns how many runs it holds."""
+    lines, ran = [], set()
     for noise, lr in REGIMES:
         where = os.path.join(out, folder((noise, lr)))
         for name in sorted(os.listdir(where)) if os.path.isdir(where) else []:
@@ -113,12 +115,17 @@ def pack(out, path):
             config = runfiles.read_json(d, "config.json")
             eta = None if config["mode"] == "zero" else float(config["eta"])
             prov = config.get("provenance", {})
+            ran.add((noise, lr))
             lines.append(dict(lr=lr, eta=eta, seed=config["seed"], rows=run_rows(d),
-                              provenance={k: prov.get(k) for k in ("device", "torch", "engine", "date")},
+                              provenance={k: prov.get(k) for k in ("device", "torch", "engine", "date", "code",
+                                                                   "git_commit")},
                               **({} if noise == "sym" else dict(noise=noise)),
                               **({} if config["lc"] == "mylc" else dict(lc=config["lc"]))))
     if not lines:
         raise UserError(f"no finished run under {out}/; run `python -m studies.eta run --out {out}` first")
+    kept = [r for r in (read(path) if os.path.exists(path) else []) if (r.get("noise", "sym"), r["lr"]) not in ran]
+    lines = sorted(kept + lines, key=lambda r: (r.get("noise", "sym") != "sym", r["lr"], r["eta"] or math.inf,
+                                                r.get("lc", "mylc"), r["seed"]))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with runfiles.replacing(path, "wb") as f, gzip.open(f, "wt") as z:
         z.writelines(json.dumps(r, sort_keys=True) + "\n" for r in lines)
@@ -171,14 +178,14 @@ def rows_of(regime):
 
 def ends(runs, regime):
     """The end of each row's runs in one regime: final test accuracy, early-stopped test accuracy (at the best
-    validation epoch), memorised, and the paired difference of final accuracy against the regime's REFERENCE row
-    over the same seeds."""
-    noise = regime[0]
-    ref_eta, ref_lc = REFERENCE[noise]
-    ref_name = next(name for eta, lc, name in rows_of(regime) if (eta, lc) == (ref_eta, ref_lc))
-    lines = [f"| η | final test acc | early-stopped test acc | memorised (end) | final − "
-             f"{'η = ' + ref_name if ref_eta is not None else ref_name}'s (95% t-interval) |", "|---" * 5 + "|"]
-    ref = {r["seed"]: r["rows"][-1]["test_acc_mean"] for r in of(runs, regime, ref_eta, ref_lc)}
+    validation epoch), memorised, and the paired difference of final accuracy against each of the regime's
+    REFERENCE rows over the same seeds."""
+    refs = REFERENCE[regime[0]]
+    names = {(eta, lc): name for eta, lc, name in rows_of(regime)}
+    lines = ["| η | final test acc | early-stopped test acc | memorised (end) | " + " | ".join(
+        f"final − {'η = ' + names[ref] if ref[0] is not None else names[ref]}'s (95% t-interval)" for ref in refs)
+        + " |", "|---" * (4 + len(refs)) + "|"]
+    finals = {ref: {r["seed"]: r["rows"][-1]["test_acc_mean"] for r in of(runs, regime, *ref)} for ref in refs}
     for eta, lc, name in rows_of(regime):
         mine = of(runs, regime, eta, lc)
         if not mine:
@@ -186,10 +193,12 @@ def ends(runs, regime):
         final = mean_std([r["rows"][-1]["test_acc_mean"] for r in mine])
         early = mean_std([max(r["rows"], key=lambda row: row["val_acc_mean"])["test_acc_mean"] for r in mine])
         memorised = mean_std([both(r["rows"][-1], "memorized") for r in mine])
-        diffs = [r["rows"][-1]["test_acc_mean"] - ref[r["seed"]] for r in mine if r["seed"] in ref]
-        m, ci = interval(diffs) if diffs and (eta, lc) != (ref_eta, ref_lc) else (None, None)
-        diff = "–" if m is None else f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
-        lines.append(f"| {name} | {cell(final)} | {cell(early)} | {cell(memorised)} | {diff} |")
+        cells = []
+        for ref in refs:
+            diffs = [r["rows"][-1]["test_acc_mean"] - finals[ref][r["seed"]] for r in mine if r["seed"] in finals[ref]]
+            m, ci = interval(diffs) if diffs and (eta, lc) != ref else (None, None)
+            cells.append("–" if m is None else f"{m:+.2f}" + ("" if ci is None else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"))
+        lines.append(f"| {name} | {cell(final)} | {cell(early)} | {cell(memorised)} | {' | '.join(cells)} |")
     return lines + [""]
 
 
@@ -321,8 +330,19 @@ def report_text(runs, path, command):
             f"{', '.join(f'{2 * math.log(K) / (1 + math.exp(-2.5)) / e:.2f}' for e in sorted(set(ETAS['sym'] + ETAS['pair'])))}"
             f" nats for η = {', '.join(f'{e:g}' for e in sorted(set(ETAS['sym'] + ETAS['pair'])))}. "
             "Picture: [eta-regimes.png](eta-regimes.png).", ""]
+    codes = []
+    for (noise, lr), name in REGIMES.items():  # each regime's runs name their code, or say they predate its record
+        mine = {}  # code: the commits its runs started at
+        for r in runs:
+            if (r.get("noise", "sym"), r["lr"]) == (noise, lr):
+                mine.setdefault(r["provenance"].get("code"), set()).add((r["provenance"].get("git_commit") or "")[:7])
+        if mine:
+            codes.append(f"{name} (lr {lr:g}): " + ", ".join(
+                f"code {c} (commit {', '.join(sorted(g - {''})) or 'none'})" if c else
+                "code not recorded (run before runs named it)" for c, g in sorted(mine.items(), key=str)))
     foot = [f"Rendered from {os.path.relpath(path, HERE) if path.startswith(HERE) else path} by `{command}`: "
-            f"{len(runs)} runs on {'; '.join(prov)} (tools.batched, one process a regime)."]
+            f"{len(runs)} runs on {'; '.join(prov)} (tools.batched, one process a regime). The code of each regime: "
+            + "; ".join(codes) + ". Rows are paired only within a regime."]
     return head + tables(runs) + foot
 
 
@@ -339,7 +359,7 @@ def picture(runs, path):
     colours = dict(zip(every, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple")))
     for row, regime in zip(axes, regimes):
         noise, lr = regime
-        where = f"{'' if noise == 'sym' else noise + ' noise, '}lr {lr:g} ({REGIMES[regime]})"
+        where = f"lr {lr:g} ({REGIMES[regime]})"  # the regime's name says its noise where not symmetric
         for ax, eta in zip(row[:2], (ETAS[noise][0], ETAS[noise][-1])):
             series = {name: [at(runs, regime, eta, e, f) for e in epochs] for name, f in (
                 ("χ", lambda r: r["chi"]), ("clean-labelled", lambda r: sum(r["h_clean"]) / 2),

@@ -1,4 +1,4 @@
-"""studies/eta.py, the η rule in two regimes: end to end on tiny Fashion-MNIST files in their real format (real
+"""studies/eta.py, the η rule in three regimes: end to end on tiny Fashion-MNIST files in their real format (real
 tools.batched runs), its raw data and report; the committed report renders unchanged from the committed raw data."""
 import gzip
 import json
@@ -26,10 +26,21 @@ def test_the_study_runs_packs_and_reports_what_its_runs_logged(tmp_path, monkeyp
     assert not any("progressive" in name for _, _, names in os.walk(out) for name in names + _)
     assert eta.main(["run", *data, "--rows", "cmd"]) == 0
     assert eta.main(["pack", "--out", out, "--raw", raw]) == 0
+    with gzip.open(raw, "rt") as f:
+        first = f.read()
+    sym = [os.path.join(out, eta.folder(regime)) for regime in eta.REGIMES if regime[0] == "sym"]
+    for d in sym:  # a regime run again on its own: packing it keeps the others' runs as they were
+        os.rename(d, d + ".aside")
+    assert eta.main(["pack", "--out", out, "--raw", raw]) == 0
+    with gzip.open(raw, "rt") as f:
+        assert f.read() == first
+    for d in sym:
+        os.rename(d + ".aside", d)
     assert eta.main(["report", "--raw", raw]) == 0
     capsys.readouterr()
     with gzip.open(raw, "rt") as f:
         runs = [json.loads(line) for line in f]
+    assert all(len(r["provenance"]["code"]) == 16 for r in runs)  # each run names its code, and the report each regime's
     assert sorted((r.get("noise", "sym"), r["lr"], r["eta"], r["seed"]) for r in runs if r["eta"] is not None) == sorted(
         (noise, lr, e, s) for noise, lr in eta.REGIMES for e in eta.ETAS[noise] for s in (0, 1))
     assert sorted((r.get("noise", "sym"), r["lr"], r.get("lc", "mylc")) for r in runs if r["eta"] is None) == sorted(
@@ -53,6 +64,8 @@ def test_the_study_runs_packs_and_reports_what_its_runs_logged(tmp_path, monkeyp
     pair = report[report.index("## pair noise"):]
     assert "0.71 with this noise's H_ν = 0.67 and 0.33 with symmetric noise's, 1.55" in pair  # the onset's thresholds
     assert "| CE |" in pair and "final − CE's" in pair
+    code = runs[0]["provenance"]["code"]
+    assert f"memorising, pair noise (lr 0.05): code {code} (commit" in report
 
 
 def test_the_committed_report_renders_unchanged_from_the_committed_raw_data(tmp_path, capsys):
@@ -92,8 +105,50 @@ def test_the_guides_entropy_range_is_its_raw_data_divided_by_the_exact_noise_ent
         runs = [json.loads(line) for line in f]
     h_nu = schedule.noise_entropy(0.4, 10)
     ratios = [sum(1 - row[f"confidence_{x}"] for x in "ab") / 2 * math.log(10) / h_nu
-              for r in runs for row in r["rows"][1:10]]  # epochs 2-10: mean H = (1 - r) ln K, Eq. 8
+              for r in runs if "noise" not in r for row in r["rows"][1:10]]  # symmetric noise's; epochs 2-10:
+    # mean H = (1 - r) ln K, Eq. 8
     lo, hi = f"{min(ratios):.3f}", f"{max(ratios):.3f}"
     assert (lo, hi) == ("1.051", "1.274")
     assert f"{lo}–{hi} H_ν" in open(os.path.join(HERE, "docs", "copy.md")).read()
     assert f"{lo}-{hi} H_nu" in open(os.path.join(HERE, "schedule.py")).read()
+
+
+def test_the_guides_pair_noise_numbers_are_the_raw_datas():
+    """docs/copy.md's rules under pair noise, (P): CMD-P against zero knowledge and CE (paired over seeds), CE's early
+    memorised and its rise, r's path, the epochs the pair onset threshold fires and what is memorised then, and the
+    taught targets' precision, each from the committed raw data."""
+    from tools.stats import interval
+    guide = " ".join(open(os.path.join(HERE, "docs", "copy.md")).read().split())  # its lines joined
+    runs = [r for r in eta.read(eta.RAW) if r.get("noise") == "pair"]
+    assert len(runs) == 12 and len({r["provenance"]["code"] for r in runs}) == 1  # one code, 4 rows x 3 seeds
+
+    def both(row, key):
+        return sum(row[f"{key}_{x}"] for x in ("a", "b") if f"{key}_a" in row) / 2 if f"{key}_a" in row else \
+            (row[f"{key}_b2a"] + row[f"{key}_a2b"]) / 2
+
+    def row(e, lc="mylc"):
+        return {r["seed"]: r for r in runs if r["eta"] == e and r.get("lc", "mylc") == lc}
+
+    def diff(x, y):
+        d = [x[s]["rows"][-1]["test_acc_mean"] - y[s]["rows"][-1]["test_acc_mean"] for s in sorted(x)]
+        m, (lo, hi) = interval(d)
+        return f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]".replace("-", "−")
+
+    zero, ce = row(None), row(None, "ce")
+    assert f"η = 2 − zero knowledge {diff(row(2.0), zero)}" in guide
+    assert f"η = 4.5 − zero knowledge {diff(row(4.5), zero)}" in guide
+    assert f"above CE ({diff(row(2.0), ce)}, {diff(row(4.5), ce)} and {diff(zero, ce)})" in guide
+    early = [both(r["rows"][e], "memorized") for r in ce.values() for e in range(3)]
+    assert f"CE's memorised was {min(early):.2f}–{max(early):.2f} in epochs 1–3" in guide
+    onsets = [eta.onset(r, eta.h_noise(kind="pair")) for r in runs]
+    at_onset = [both(r["rows"][o - 1], "memorized") for r, o in zip(runs, onsets)]
+    best = [eta.best_epoch(r) for r in runs]
+    assert f"fired at epochs {min(onsets)}–{max(onsets)} of every run" in guide and max(best) < min(onsets)
+    assert f"validation epoch ({min(best)}–{max(best)}) and as memorised passed 0.5 ({min(at_onset):.2f}–" \
+           f"{max(at_onset):.2f})" in guide and min(at_onset) > 0.5
+    means = {e: [sum(both(r["rows"][e - 1], "confidence") for r in rows.values()) / 3
+                 for rows in (row(2.0), row(4.5), zero, ce)] for e in (1, 3, 10)}
+    assert "In (P) r was {:.2f}–{:.2f} in epoch 1, {:.2f}–{:.2f} in epoch 3 and {:.2f}–{:.2f} in epoch 10".format(
+        *(f(means[e]) for e in (1, 3, 10) for f in (min, max))) in guide
+    precision = [sum(both(r["rows"][e - 1], "precision") for r in row(2.0).values()) / 3 for e in range(1, 41)]
+    assert f"at η = 2 the taught targets' precision stayed at {min(precision):.2f}–{max(precision):.2f} through epoch 40" in guide
