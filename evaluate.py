@@ -3,6 +3,7 @@
     python evaluate.py runs/smoke                                 # a run's final models on its own test sets
     python evaluate.py runs/food --data-dir /mnt/data             # the same data, found somewhere else
     python evaluate.py --weights A.pt --weights B.pt --arch resnet34 --dataset cifar100 --data-dir data
+    python evaluate.py runs/fold0 --probs fold0.npz               # and each model's probabilities on its training set
 
 A run directory gives the models (model_a.pt, model_b.pt, ... and weights.json, written by train.py
 at the end of a run) and the data settings (its config.json); --dataset, --data-dir and
@@ -15,6 +16,11 @@ The data come from training/build.py's load_data and eval_batches (train.py's), 
 evaluate: for a run directory, the numbers equal the run's final test accuracies.
 Weights load with torch.load(weights_only=True): nothing is unpickled.
 
+--probs FILE (a run directory only) writes, for every sample of the run's training set as --subset and --val-split
+keep it (those --train-indices held out of training too): index (into the dataset's training set), given (the label
+the run drew for it), clean (the dataset's), trained (whether the run trained on it) and probs, each model's
+eval-mode softmax (M, N, K) float32: the out-of-sample probabilities a label-cleaning tool (cleanlab) reads.
+
 main -- parse, load the models and the test sets, print one line per test set, return the accuracies
          (output that cannot be written, e.g. `> out.txt` on a full disk: one line, exit code 2)
 """
@@ -23,6 +29,7 @@ import os
 import re
 import sys
 
+import numpy as np
 import torch
 
 import models
@@ -47,6 +54,8 @@ def get_args(argv):
     config.add_device_flag(p)
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="DataLoader workers for datasets read from files")
+    p.add_argument("--probs", metavar="FILE", help="with a run directory: write each model's probabilities on the "
+                                                   "run's training set to FILE (.npz; see above)")
     argv = sys.argv[1:] if argv is None else list(argv)
     run = argv.pop(0) if argv and not argv[0].startswith("-") else None  # first, so that no flag value is taken
     args, rest = p.parse_known_args(argv)
@@ -57,6 +66,11 @@ def get_args(argv):
         raise UserError(f"--weights takes 1 to {len(NAMES)} files and needs --arch NAME (or one NAME per file)")
     if args.workers < 0 or (args.image_size is not None and args.image_size < 1):
         raise UserError("--workers must be at least 0 and --image-size at least 1")
+    if args.probs is not None and args.run is None:
+        raise UserError("--probs needs a run directory: the training set, its labels and which samples trained are "
+                        "the run's")
+    if args.probs is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.probs))):
+        raise UserError(f"--probs {args.probs}: its folder does not exist; create it, or choose another path")
     if rest and args.run is not None:
         raise UserError(f"unrecognized arguments: {' '.join(rest)}; a run's own config.json sets its data, "
                         f"only --dataset, --data-dir and --image-size replace it")
@@ -106,12 +120,47 @@ def load_model(path, arch, num_classes, device):
     return net.to(device, memory_format=fmt).eval(), fmt
 
 
+def given_labels(run, data, d, train, keep):
+    """The labels the run drew for every kept training sample (build.given_labels, as train.py drew them before any
+    --train-indices chose among them), checked against those its noisy_labels.npy says it trained on."""
+    given = build.given_labels(data, d, train, keep)
+    trained = given[trained_rows(run, keep)]
+    ran = np.load(os.path.join(run, "noisy_labels.npy"), allow_pickle=False)
+    if not np.array_equal(ran, trained):
+        raise UserError(f"the labels drawn here for {run}'s training set are not its noisy_labels.npy; give the data "
+                        f"it trained on (--data-dir)")
+    return given
+
+
+def trained_rows(run, keep):
+    """Which of the kept samples the run trained on: all, or those of its train_indices.npy (--train-indices)."""
+    path = os.path.join(run, "train_indices.npy")
+    return np.isin(keep, np.load(path, allow_pickle=False)) if os.path.exists(path) else np.ones(len(keep), bool)
+
+
+def probabilities(nets, batches, autocast):
+    """Each model's softmax on every sample of batches, in order: (M, N, K) float32."""
+    with torch.no_grad(), torch.autocast(**autocast):
+        out = [torch.stack([torch.softmax(net(x).float(), -1) for net in nets]).cpu() for x, _, _ in
+               batches.epoch(0, 0)]
+    return torch.cat(out, 1).numpy()
+
+
+def write_probs(path, run, keep, given, clean, probs):
+    """--probs: the .npz, whole or not at all."""
+    try:
+        with runfiles.replacing(path, "wb") as f:
+            np.savez(f, index=keep, given=given, clean=np.asarray(clean), trained=trained_rows(run, keep), probs=probs)
+    except runfiles.WriteError as failed:
+        raise UserError(f"{failed}; {failed.fix}, then run it again") from None
+
+
 @one_line("evaluate.py")
 def main(argv=None):
     args, rest = get_args(argv)
     data, pairs, num_classes, amp = settings(args, rest)
     device = build.pick_device(args.device)
-    d, _, tests, _ = build.load_data(data)
+    d, train, tests, keep = build.load_data(data)
     if num_classes is not None and num_classes != d.num_classes:
         raise UserError(f"the models have {num_classes} classes, {data.dataset} at {data.data_dir} has "
                         f"{d.num_classes}; give the dataset they were trained on")
@@ -124,6 +173,10 @@ def main(argv=None):
                     enabled=amp != "off")
     evals = build.eval_batches(d, tests, Placement(device, workers=args.workers, memory_format=fmt))
     acc = evaluate(nets, evals, autocast, device)
+    if args.probs is not None:
+        given = given_labels(args.run, data, d, train, keep)
+        held = build.eval_batches(d, {"train": train}, Placement(device, workers=args.workers, memory_format=fmt))
+        write_probs(args.probs, args.run, keep, given, train.labels, probabilities(nets, held["train"], autocast))
     try:
         with runfiles.checked_stdout():  # a full disk under `> file` is one line here, not a traceback at exit
             for name in tests:

@@ -5,6 +5,7 @@ methods/  -- one file a method, each its functions, its objective and its regist
 stages.py -- what a method learns between epochs, through the protocol train.py exposes (registry.Mode.between)
 alone.py  -- the form the single-network methods share: each network trained alone by its own loss
 train.py  -- python lab/train.py: train.py with the methods registered, the reference's flags plus theirs
+confident.py -- python lab/confident.py: confident learning (cleanlab) on out-of-fold probabilities, then CE on the rest
 
 METHODS   -- every method's registry entries, gathered from methods/
 register  -- add them to the reference's registry of modes (mutual.register), once

@@ -97,6 +97,8 @@ def check(run):
         raise BadInput("--compile and torchrun are train.py's; tools.batched trains its runs in one process")
     if a.noise == "human":
         raise BadInput("--noise human reads CIFAR-N's file per run: use train.py for it")
+    if a.train_indices is not None:
+        raise BadInput("--train-indices chooses the samples of one run: use train.py for it")
     x = MODES[a.mode]
     if x.unbatched:
         raise BadInput(f"--mode {a.mode} ({x.title}): {x.unbatched}, which one vmapped step cannot hold; use train.py")

@@ -87,6 +87,39 @@ def method(mode, lc=None):
     return ["--mode", mode] + (["--lc", lc] if lc else [])
 
 
+# A row another entry runs than lab/train.py names it in its flags, "--entry PATH" (relative to the code's folder),
+# with that entry's own flags (ENTRY_FLAGS) beside train.py's: lab/confident.py, confident learning through cleanlab,
+# whose last run is the row's.
+TRAIN_ENTRY, CONFIDENT = os.path.join("lab", "train.py"), os.path.join("lab", "confident.py")
+ENTRY_FLAGS = {CONFIDENT: ("--filter-by", "--folds", "--fold-epochs")}
+
+
+def confident(filter_by):
+    """A confident-learning row: cleanlab's find_label_issues(filter_by=...) on 5 folds, then CE on the rest."""
+    return ["--entry", CONFIDENT, "--filter-by", filter_by] + method("zero", "ce")
+
+
+def entry_of(argv):
+    """(the script that runs a run, relative to the code's folder; the argv it takes) of a run's flags."""
+    if "--entry" not in argv:
+        return TRAIN_ENTRY, list(argv)
+    i = argv.index("--entry")
+    return argv[i + 1], list(argv[:i]) + list(argv[i + 2:])
+
+
+def train_flags(argv):
+    """A run's flags as train.py reads them: without --entry and the entry's own flags."""
+    script, rest = entry_of(argv)
+    own, out, i = ENTRY_FLAGS.get(script, ()), [], 0
+    while i < len(rest):
+        if rest[i] in own:
+            i += 2
+            continue
+        out.append(rest[i])
+        i += 1
+    return out
+
+
 def sym(*pcts):
     """Symmetric-noise columns."""
     return [(f"sym{p}", f"Sym {p}%", noise("sym", p), MEAN) for p in pcts]
@@ -430,6 +463,8 @@ def run_name(flags):
     """A run's directory name from its flags, so that cells with the same flags share one run."""
     f = dict(zip(flags[::2], flags[1::2]))
     parts = [f["--mode"]] + ([f["--lc"]] if "--lc" in f else [])
+    if f.get("--entry") == CONFIDENT:
+        parts = ["cl", f["--filter-by"].replace("_", "-")]
     if f["--noise"] == "human":  # CIFAR-N: the labels come from a file, with no rate to set
         parts.append("-".join(["human"] + ([f["--noise-key"]] if "--noise-key" in f else [])))
     else:

@@ -25,11 +25,11 @@ import subprocess
 import sys
 import time
 
-from tools.paper_tables import MEAN, claim, finished_job
+from tools.paper_tables import MEAN, claim, entry_of, finished_job
 from training import runfiles, source
 from training.errors import UserError
 
-TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab", "train.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the code a job runs, unless the sweep pinned it
 RECORD = "slurm.json"  # in a run folder: its job's id, where submitit keeps the job's files, the error if any
 SIGNAL_DELAY_S = 90    # submitit's default: a job is signalled this long before its limit, to stop and requeue
 MAX_TIMEOUTS = 10      # requeues at the time limit before a job gives up (preemptions do not count)
@@ -114,14 +114,15 @@ class Train:
     checkpoints at every epoch's end, so the requeued one resumes after the last finished epoch. (submitit
     requeues any callable with a checkpoint method; submitit.helpers.Checkpointable is one such base.)"""
 
-    def __init__(self, argv, out, script=TRAIN, env=None):
-        self.argv, self.out, self.script, self.env, self.proc = argv, out, script, env or {}, None
+    def __init__(self, argv, out, root=ROOT, env=None):
+        self.argv, self.out, self.root, self.env, self.proc = argv, out, root, env or {}, None
 
     def __call__(self):
         from submitit import JobEnvironment  # in the job: submitit runs it
         preempt = getattr(signal, "SIG" + JobEnvironment.USR_SIG)
         started = os.path.exists(os.path.join(self.out, "config.json"))  # train.py refuses --resume of nothing
-        argv = [sys.executable, self.script, *self.argv] + (["--resume"] if started else [])
+        script, argv = entry_of(self.argv + (["--resume"] if started else []))
+        argv = [sys.executable, os.path.join(self.root, script), *argv]
         with runfiles.open_log(os.path.join(self.out, "train.log")) as log, \
                 runfiles.open_log(os.path.join(self.out, "train.err")) as err:
             at = err.tell()
@@ -152,7 +153,7 @@ class Train:
     def checkpoint(self):
         from submitit.helpers import DelayedSubmission  # in the job: submitit calls this
         self.stop()
-        return DelayedSubmission(Train(self.argv, self.out, self.script, self.env))
+        return DelayedSubmission(Train(self.argv, self.out, self.root, self.env))
 
 
 def leave_to_the_job(preempt):
@@ -283,8 +284,7 @@ def submit(todo, args, sweep_dir, cluster="slurm", code=None):
                       f"submitting it again", flush=True)
             new.append((i, job))
     folder = os.path.join(os.path.abspath(sweep_dir), "slurm", "%j")
-    script_env = () if code is None else (os.path.join(os.path.abspath(code[0]), "lab", "train.py"),
-                                          source.env(code[1]))
+    script_env = () if code is None else (os.path.abspath(code[0]), source.env(code[1]))
     if new:
         ex = executor(args, folder, cluster, os.path.basename(sweep_dir), gpus_per_job(args, todo))
         for _, job in new:

@@ -46,14 +46,14 @@ import time
 import warnings
 
 from tools import slurm
-from tools.paper_tables import (CHECK_ONLY, KNOWLEDGE, MEAN, PRESETS, SCALES, as_today, cell_flags, claim, finished_job,
-                                grid, jobs, row_label, run_key, run_name, same_run)
+from tools.paper_tables import (CHECK_ONLY, KNOWLEDGE, MEAN, PRESETS, SCALES, TRAIN_ENTRY, as_today, cell_flags, claim,
+                                entry_of, finished_job, grid, jobs, row_label, run_key, run_name, same_run, train_flags)
 from tools.stats import final, mean_std, paired
 from training import runfiles, source
 from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
 
 CODE = "code"  # a sweep's pinned copy of the source, in its folder: every run it starts runs that code (source.pin)
-ENTRY = os.path.join("lab", "train.py")  # what runs each row: train.py with the comparison's methods registered
+ENTRY = TRAIN_ENTRY  # what runs a row: train.py with the comparison's methods registered (or the row's --entry)
 
 
 # ---------------------------------------------------------------- running
@@ -91,7 +91,7 @@ def run_jobs(todo, gpus=0, jobs=1, code=None):
                 ready = next((p for p in pending if blocked(p[1], todo, failed) is None), None)
                 if slot not in running and ready is not None:
                     pending.remove(ready)
-                    running[slot] = start(*ready, slots[slot], os.path.join(folder, ENTRY))
+                    running[slot] = start(*ready, slots[slot], folder)
             stuck = not running and all(blocked(job, todo, failed) for _, job in pending)  # its run is elsewhere
             for i, job in [p for p in pending if stuck or blocked(p[1], todo, failed) == "failed"]:
                 pending.remove((i, job))
@@ -136,13 +136,14 @@ def blocked(job, todo, failed):
     return "failed" if any(j["dir"] == job["after"] and j["name"] in failed for j in todo) else "waits"
 
 
-def start(i, job, env, script):
+def start(i, job, env, folder):
     claim(job)
     log = runfiles.open_log(os.path.join(job["dir"], "train.log"))
     err = runfiles.open_log(os.path.join(job["dir"], "train.err"))
     started = os.path.exists(os.path.join(job["dir"], "config.json"))  # train.py refuses --resume of nothing
-    argv = job["argv"] + (["--resume"] if started else [])
-    proc = subprocess.Popen([sys.executable, script, *argv], stdout=log, stderr=err, env={**os.environ, **env})
+    script, argv = entry_of(job["argv"] + (["--resume"] if started else []))
+    proc = subprocess.Popen([sys.executable, os.path.join(folder, script), *argv], stdout=log, stderr=err,
+                            env={**os.environ, **env})
     return dict(i=i, job=job, proc=proc, log=log, err=err, err_at=err.tell(), t0=time.time())
 
 
@@ -293,7 +294,8 @@ def print_commands(argvs):
     """--dry-run: each train.py command on a line, as a shell takes it."""
     try:
         for argv in argvs:
-            print(shlex.join(["python", ENTRY, *argv]))
+            script, argv = entry_of(argv)
+            print(shlex.join(["python", script, *argv]))
         sys.stdout.flush()
     except BrokenPipeError:  # | head: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -529,17 +531,17 @@ def check_flags(todo, extra):
     import lab  # imports torch: only here, so the tables' tests need none
     from training import config  # likewise
     lab.register()  # the tables' rows include the comparison's methods, the lab's modes
-    set_by_grid = set().union(*(config.given(job["key"]) for job in todo)) | {"out"}
+    set_by_grid = set().union(*(config.given(train_flags(job["key"])) for job in todo)) | {"out"}
     clash = sorted(config.given(extra) & set_by_grid)
     if clash:
         raise UserError(f"{' '.join('--' + d.replace('_', '-') for d in clash)} after -- would override what the "
                          f"grid sets for its runs; leave {'them' if len(clash) > 1 else 'it'} out (the presets "
                          f"and scales are in paper_tables.py)")
     for job in todo:
-        job["argv"] = job["argv"][:len(job["argv"]) - len(extra)] + config.knobs_for(job["key"], extra)
+        job["argv"] = job["argv"][:len(job["argv"]) - len(extra)] + config.knobs_for(train_flags(job["key"]), extra)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), one_line("train.py"):
         warnings.simplefilter("ignore")  # what resolve tells a run (its scaled milestones) each run tells again
-        return [config.resolve(config.get_args(job["argv"])) for job in todo]  # a refusal is train.py's line
+        return [config.resolve(config.get_args(train_flags(job["argv"]))) for job in todo]  # train.py's line
 
 
 def check_data(todo, resolved):

@@ -4,6 +4,7 @@ setup_distributed -- rank, world size and local rank under torchrun
 pick_device  -- the torch.device of --device (training/config.py's add_device_flag), the same in every entry point
 Setup        -- where and how this process computes: rank, device, precision, memory format, config.json's record
 load_data    -- the dataset, its training subset (--subset) and its splits (--val-split)
+chosen_rows  -- --train-indices: which of those samples train, checked
 given_labels -- the labels a run trains on: CIFAR-N's human ones, or noise.add_noise's; a refusal in one line
 data_and_labels -- train.py's data: load_data, --check-images (check_files), the labels the run trains on
 weights_meta -- what the final weights file records beside the weights (evaluate.py reads it)
@@ -95,11 +96,16 @@ def data_and_labels(args, run, setup):
     Returns (Data, the training set, the test sets, the given labels of the training set)."""
     try:
         d, train, tests, keep = load_data(args)
+        rows = None if args.train_indices is None else chosen_rows(args.train_indices, keep, args.dataset)
         if args.check_images:
             check_files(args, train, tests, setup.log)
-        noisy = run.noisy_labels(len(train.labels), d.num_classes)
+        noisy = run.noisy_labels(len(train.labels) if rows is None else len(rows), d.num_classes)
         if noisy is None:  # keep: the indices --subset and --val-split kept, as for the images
-            noisy = given_labels(args, d, train, keep)
+            noisy = given_labels(args, d, train, keep)  # over all of them: a sample's label is the same whichever train
+            noisy = noisy if rows is None else noisy[rows]
+        if rows is not None:  # --train-indices: those of the kept samples, and the run keeps which (train_indices.npy)
+            train = images.take(train, rows)
+            run.trains_on(keep[rows])
     except datasets.BadImages as e:
         if len(e.bad) > 1:  # one line per file, then main's error line
             for path, why in e.bad:
@@ -110,6 +116,31 @@ def data_and_labels(args, run, setup):
     setup.log(f"data: {args.dataset} train {len(noisy)} ({d.num_classes} classes, realised noise {realised}) " +
               " ".join(f"{name} {len(v.labels)}" for name, v in tests.items()))
     return d, train, tests, noisy
+
+
+def chosen_rows(path, keep, dataset):
+    """--train-indices: where the file's indices into the dataset's training set are in keep (load_data's: the samples
+    --subset and --val-split keep), in the dataset's order. Bad input: a UserError in one line."""
+    fix = "write a 1-D integer array with numpy.save"
+    try:
+        idx = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UserError(f"--train-indices {path} does not exist; check the path") from None
+    except (OSError, ValueError) as e:  # not a .npy, or one of objects (a pickle, refused)
+        raise UserError(f"--train-indices {path} is not a .npy array of numbers ({type(e).__name__}); {fix}") from None
+    if idx.ndim != 1 or idx.dtype.kind not in "iu" or len(idx) == 0:
+        raise UserError(f"--train-indices {path} holds {idx.dtype} of shape {idx.shape}, not indices; {fix}")
+    ours, counts = np.unique(idx, return_counts=True)
+    if counts.max() > 1:
+        raise UserError(f"--train-indices {path} holds index {ours[counts.argmax()]} {counts.max()} times; give each "
+                        "sample once")
+    pos = np.minimum(np.searchsorted(keep, ours), len(keep) - 1)
+    absent = ours[keep[pos] != ours]
+    if len(absent):
+        raise UserError(f"--train-indices {path}: {len(absent)} of its indices (the first {absent[0]}) are not among "
+                        f"the {len(keep)} samples of {dataset}'s training set that --subset and --val-split keep; "
+                        "choose from those")
+    return pos
 
 
 def check_files(args, train, tests, log):

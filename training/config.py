@@ -138,6 +138,11 @@ def parser():
                    help="draws --subset and the --val-split, so that every --seed trains on the same samples (paired "
                         "comparisons); --seed still draws the noise, the initialisation and the batch order "
                         "(default: --seed)")
+    g.add_argument("--train-indices", metavar="FILE",
+                   help="train on these samples alone: a .npy of indices into the dataset's training set, each among "
+                        "those --subset and --val-split keep; their labels are drawn over all of those first, so a "
+                        "sample's given label is the same whichever others train (k folds, or the samples a cleaning "
+                        "tool keeps); the run records them in train_indices.npy")
     g.add_argument("--check-images", action="store_true",
                    help="decode every image of a dataset read from files before training, and list all that "
                         "cannot be read (otherwise the first bad one stops the run when a batch reaches it)")

@@ -19,6 +19,7 @@ record_start    -- config.json at the start, and a line of provenance for each r
 (the files' own readers and writers, and the state they say a run is in, are runfiles.py)
 
 Files: config.json (resolved settings and provenance), noisy_labels.npy (the labels trained on),
+train_indices.npy (with --train-indices: the dataset's indices of the samples trained on, in noisy_labels' order),
 metrics.jsonl (one line per epoch), entropy_hist.npz (histograms of H(p) per epoch),
 checkpoint.pt (the last finished epoch), summary.json (final accuracies and total time),
 model_a.pt, model_b.pt and weights.json (the final models).
@@ -354,10 +355,27 @@ class Run:
         self.stopwatch = Stopwatch(self.ckpt.get("seconds", 0.0) if self.ckpt else 0.0, self.epochs_done)
         self.finished = state == runfiles.FINISHED  # --resume of a finished run (check_out has compared its
         # settings): nothing left to do
+        self.indices = None  # --train-indices: the dataset's indices of the samples it trains on (trains_on)
 
     def noisy_labels(self, n, num_classes):
         """On resume, the labels the run trained on; None for a fresh run."""
         return None if self.ckpt is None else load_noisy_labels(self.out, n, num_classes)
+
+    def trains_on(self, indices):
+        """--train-indices: the run trains on these samples of the dataset's training set; start writes them as
+        train_indices.npy. On resume, the run's own file must hold the same ones."""
+        self.indices = indices
+        if self.ckpt is None:
+            return
+        path = os.path.join(self.out, "train_indices.npy")
+        try:
+            ran = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RunError(f"cannot resume: {path}, the samples this run trains on, is unreadable ({type(e).__name__}); "
+                           "put it back, or start again in another --out") from e
+        if not np.array_equal(ran, indices):
+            raise RunError(f"cannot resume: --train-indices {self.config['train_indices']} names other samples than "
+                           f"{path}, the ones this run trained on; give the run's own, or start again in another --out")
 
     def states(self, device):
         """What the mode had made between epochs (mutual.Method.state: {name: each model's}), as the checkpoint holds
@@ -388,6 +406,9 @@ class Run:
         if self.ckpt is None:
             with runfiles.replacing(os.path.join(self.out, "noisy_labels.npy"), "wb") as f:
                 np.save(f, noisy)
+            if self.indices is not None:
+                with runfiles.replacing(os.path.join(self.out, "train_indices.npy"), "wb") as f:
+                    np.save(f, self.indices)
         trim_metrics(self.out, self.epochs_done)
 
     def log_epoch(self, row, hist, chis, models, r, states=None):

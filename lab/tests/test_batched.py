@@ -166,6 +166,7 @@ def test_a_finished_train_py_run_is_skipped_and_an_unfinished_one_refused(tmp_pa
     (["--arch", "cnn", "--lr", "0.05,0.1"], "BatchNorm"),
     (["--lr", "0.05,0.05"], "twice"),
     (["--resume"], "no --resume"),
+    (["--train-indices", "kept.npy"], "--train-indices chooses the samples of one run"),
     (["--noise", "pair", "--rate", "1.5,0.2"], "rate"),
     (["--mode", "joint2", "--labels-from", "runs/any"], "--mode joint2 (Joint optimisation (step 2)): its labels are"),
 ])

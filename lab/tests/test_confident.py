@@ -1,0 +1,96 @@
+"""lab/confident.py: confident learning through cleanlab, as a row of the comparison."""
+import json
+import os
+
+import numpy as np
+import pytest
+from cleanlab.filter import find_label_issues
+
+from lab import confident
+from training import build, config
+
+TINY = ["--dataset", "synthetic", "--arch", "cnn", "--synthetic-size", "96", "--synthetic-test-size", "48",
+        "--synthetic-classes", "4", "--batch-size", "16", "--device", "cpu", "--workers", "0", "--val-split", "0.25",
+        "--epochs", "2"]
+
+
+def rows(out):
+    return [dict(json.loads(line), seconds=0) for line in open(os.path.join(out, "metrics.jsonl"))]
+
+
+def test_folds_are_stratified_by_the_given_labels_and_seeded():
+    given = np.random.default_rng(0).integers(0, 5, 203)
+    fold = confident.folds(given, 5, seed=3)
+    assert sorted(np.unique(fold)) == list(range(5))
+    for c in range(5):
+        counts = np.bincount(fold[given == c], minlength=5)
+        assert counts.max() - counts.min() <= 1  # each class dealt evenly
+    assert np.array_equal(fold, confident.folds(given, 5, seed=3))
+    assert not np.array_equal(fold, confident.folds(given, 5, seed=4))
+
+
+def test_out_of_fold_probabilities_cleanlabs_flags_and_the_run_on_the_rest(tmp_path, capsys):
+    """Each fold trains on the others' samples, to the epoch its validation accuracy is best (the chosen run's
+    epochs are the search's, bit for bit); each kept sample's probability is from the fold that held it out;
+    find_label_issues on those flags the samples the last run leaves out; confident.json counts them against the
+    clean labels. The same command again trains nothing anew."""
+    out = str(tmp_path / "cl")
+    argv = ["--folds", "3", "--fold-epochs", "4"] + TINY + ["--out", out]
+    summary = confident.main(argv)
+    args, _ = config.settings(TINY + ["--out", out])
+    d, images, _, keep = build.load_data(args)
+    given = build.given_labels(args, d, images, keep)
+    fold = confident.folds(given, 3, args.seed)
+    oof = np.zeros((len(keep), 4), np.float32)
+    report = json.load(open(os.path.join(out, "confident.json")))
+    for i in range(3):
+        where = os.path.join(out, "folds", str(i))
+        assert np.array_equal(np.load(os.path.join(where, "search", "train_indices.npy")), keep[fold != i])
+        search = rows(os.path.join(where, "search"))
+        best = max(search, key=lambda r: r["val_acc_mean"])["epoch"]
+        assert report["chosen_epochs"][i] == best and len(search) == 4
+        assert rows(os.path.join(where, "chosen")) == search[:best]
+        z = np.load(os.path.join(where, "probs.npz"))
+        assert np.array_equal(~z["trained"], fold == i)
+        oof[fold == i] = z["probs"].mean(0)[fold == i]
+    flagged = find_label_issues(given, oof)
+    assert 0 < flagged.sum() < len(keep)
+    assert np.array_equal(np.load(os.path.join(out, "train_indices.npy")), keep[~flagged])
+    assert np.array_equal(np.load(os.path.join(out, "noisy_labels.npy")), given[~flagged])
+    wrong = given != images.labels
+    assert report["flagged"] == flagged.sum() and report["wrong"] == wrong.sum()
+    assert report["precision"] == pytest.approx((flagged & wrong).sum() / flagged.sum())
+    assert report["recall"] == pytest.approx((flagged & wrong).sum() / wrong.sum())
+    assert summary["test_acc_mean"] == json.load(open(os.path.join(out, "summary.json")))["test_acc_mean"]
+    first = rows(out)
+    stamps = {p: os.path.getmtime(p) for p in (os.path.join(out, "metrics.jsonl"),
+                                               os.path.join(out, "folds", "0", "search", "metrics.jsonl"))}
+    capsys.readouterr()
+    assert confident.main(argv + ["--resume"]) == summary  # a sweep adds --resume
+    assert "nothing to do" in capsys.readouterr().out and rows(out) == first
+    assert all(os.path.getmtime(p) == t for p, t in stamps.items())
+    assert confident.main(["--filter-by", "prune_by_class"] + argv[:4] + TINY + ["--out", str(tmp_path / "pbc")])
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
+    cases = [(["--folds", "3"] + TINY[:-4] + TINY[-2:], "needs --val-split"),
+             (["--folds", "1"] + TINY, "at least 2 folds"),
+             (["--folds", "30"] + TINY, "fewer than the folds"),
+             (["--filter-by", "none"] + TINY, "invalid choice"),
+             (TINY + ["--rate", "2"], "--rate")]
+    for i, (argv, words) in enumerate(cases):
+        out = tmp_path / str(i)
+        with pytest.raises(SystemExit) as e:
+            confident.main(argv + ["--out", str(out)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+        assert not out.exists()
+
+
+def test_every_confident_command_shown_in_the_docs_is_accepted():
+    from test_faults import readme_and_docs, shown_commands
+    lines = [c for text in readme_and_docs().values() for c in shown_commands(text, "lab/confident.py")]
+    assert len(lines) >= 2
+    for line in lines:
+        args, rest, flags = confident.get_args(line.split()[2:])
+        assert flags.val_split > 0 and flags.mode == "zero" and flags.lc == "ce"
