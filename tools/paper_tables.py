@@ -95,8 +95,11 @@ ENTRY_FLAGS = {CONFIDENT: ("--filter-by", "--folds", "--fold-epochs")}
 
 
 def confident(filter_by):
-    """A confident-learning row: cleanlab's find_label_issues(filter_by=...) on 5 folds, then CE on the rest."""
-    return ["--entry", CONFIDENT, "--filter-by", filter_by] + method("zero", "ce")
+    """A confident-learning row: cleanlab's find_label_issues(filter_by=...) on the out-of-fold probabilities of 5
+    folds of 20 epochs, each fold's epoch chosen on a clean 10% held out (at every scale: the method needs it), then
+    CE on the rest."""
+    return ["--entry", CONFIDENT, "--filter-by", filter_by, "--folds", "5", "--fold-epochs", "20", "--val-split",
+            "0.1"] + method("zero", "ce")
 
 
 def entry_of(argv):
@@ -241,7 +244,10 @@ PRESETS = {
                                   "{--joint-begin} of the run)", method("joint") + ["--joint-begin", "0.35"]),
                       ("joint", "Joint (step 2: new networks on step 1's labels)",
                        method("joint2") + ["--labels-from", AFTER + "joint-1"]),
-                      ("jocor", "JoCoR (λ {--jocor-lambda}; not in the paper)", method("jocor"))],
+                      ("jocor", "JoCoR (λ {--jocor-lambda}; not in the paper)", method("jocor")),
+                      ("cl", "Confident learning (cleanlab: find_label_issues on 5 folds, its defaults; CE on the "
+                             "rest; not in the paper)", confident("prune_by_noise_rate")),
+                      ("cl-pbc", "Confident learning (prune_by_class)", confident("prune_by_class"))],
                      [*PAIR_NOISE, *sym(20, 40), ("idn40", "IDN 40%", noise("idn", 40), MEAN)],
                      missing=[("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
                                              "rewarded on clean test labels (docs/training.md)")],
@@ -359,7 +365,8 @@ def grid(t, scale):
     return [(r, c) for r in rows for c in cols if (r, c) not in t["skip"]]
 
 
-STAGES = {"--warmup": "1", "--trevision-revise": "1", "--joint-begin": None}  # a row's stages: at smoke scale each
+STAGES = {"--warmup": "1", "--trevision-revise": "1", "--joint-begin": None, "--fold-epochs": "1"}  # a row's
+# stages (confident learning's folds too): at smoke scale each
 SMOKE_STAGED = "3"  # gets one epoch of its own (None: a fraction, kept), in runs of 3 epochs, so that each one runs
 # How each stage flag counts: epochs from the start, the last epochs, or a fraction of the run. At --scale fmnist
 # each moves to the same point of the scale's schedule (same_point), so that a stage starts in the same phase
@@ -464,7 +471,7 @@ def run_name(flags):
     f = dict(zip(flags[::2], flags[1::2]))
     parts = [f["--mode"]] + ([f["--lc"]] if "--lc" in f else [])
     if f.get("--entry") == CONFIDENT:
-        parts = ["cl", f["--filter-by"].replace("_", "-")]
+        parts = ["cl", "".join(w[0] for w in f["--filter-by"].split("_"))]  # prune_by_class: cl-pbc
     if f["--noise"] == "human":  # CIFAR-N: the labels come from a file, with no rate to set
         parts.append("-".join(["human"] + ([f["--noise-key"]] if "--noise-key" in f else [])))
     else:

@@ -52,6 +52,7 @@ from tools.stats import final, mean_std, paired
 from training import runfiles, source
 from training.errors import Parser, Terminated, UserError, one_line, stop_on_sigterm
 
+CONFIDENT = "confident.json"  # a confident-learning run's flags (lab/confident.py), packed with its run
 CODE = "code"  # a sweep's pinned copy of the source, in its folder: every run it starts runs that code (source.pin)
 ENTRY = TRAIN_ENTRY  # what runs a row: train.py with the comparison's methods registered (or the row's --entry)
 
@@ -154,13 +155,20 @@ def pack(todo, path):
     name already there is replaced. Returns (runs packed, how many the file holds)."""
     lines = {r["name"]: r for r in read_raw(path)}
     new = [dict(name=j["name"], key=j["key"], summary=runfiles.read_json(j["dir"], "summary.json"),
-                rows=metrics_rows(j["dir"]), provenance=runfiles.read_json(j["dir"], "config.json").get("provenance"))
+                rows=metrics_rows(j["dir"]), provenance=runfiles.read_json(j["dir"], "config.json").get("provenance"),
+                **flags_of(j["dir"]))
            for j in todo if runfiles.state(j["dir"]) == runfiles.FINISHED and same_run(j["dir"], j["key"])]
     lines.update((r["name"], r) for r in new)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with runfiles.replacing(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as z:
         z.write("".join(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines)).encode())
     return len(new), len(lines)
+
+
+def flags_of(d):
+    """{"confident": confident.json} of a confident-learning run (lab/confident.py: what cleanlab flagged); {} of
+    any other."""
+    return {"confident": runfiles.read_json(d, CONFIDENT)} if os.path.exists(os.path.join(d, CONFIDENT)) else {}
 
 
 def read_raw(path):
@@ -196,8 +204,9 @@ def unpack(runs, sweep_dir):
     for r in runs:
         d = os.path.join(sweep_dir, r["name"])
         os.makedirs(d)
-        for name, obj in (("sweep.json", r["key"]), ("summary.json", r["summary"])):
-            runfiles.write_json(d, name, obj)
+        for name, obj in (("sweep.json", r["key"]), ("summary.json", r["summary"]), (CONFIDENT, r.get("confident"))):
+            if obj is not None:
+                runfiles.write_json(d, name, obj)
         with open(os.path.join(d, "metrics.jsonl"), "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in r["rows"])
 
@@ -367,6 +376,7 @@ def diagnostics_of(t, scale, seeds, sweep_dir, col):
             m, s, _ = got[row][key]
             cells.append("–" if math.isnan(m) else form.format(m) + ("" if s is None else " ± " + form.format(s)))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += flagged_lines(t, scale, seeds, sweep_dir, col)
     zero = [r for r in ("ce", "zero") if r in got]
     if zero and scale not in CHECK_ONLY:
         lines += ["", "Preconditions, on the zero-knowledge rows (measured before any CMD row is looked at): "
@@ -378,6 +388,28 @@ def diagnostics_of(t, scale, seeds, sweep_dir, col):
             lines.append(f"- {row_label(t, r, scale)}: memorised {mem[0]:.2f}, "
                          f"best - final {drop[0]:.1f} points: {'hold' if holds else 'do not hold'}")
     return lines + [""]
+
+
+def flagged_lines(t, scale, seeds, sweep_dir, col):
+    """What confident learning flagged, per row that ran it (its runs' confident.json): of the given labels, how many
+    it flagged, their precision and recall against the clean labels, and the noise left in what it kept."""
+    lines = []
+    for row, _, _ in t["rows"]:
+        runs = [runfiles.read_json(d, CONFIDENT) for d in finished_runs(t, row, col, scale, seeds, sweep_dir).values()
+                if os.path.exists(os.path.join(d, CONFIDENT))]
+        if runs:
+            cell = lambda k, form, x=1: spread([x * r[k] for r in runs], form)  # noqa: E731
+            lines.append(f"- {row_label(t, row, scale)} ({len(runs)} seeds): flagged {cell('flagged', '{:.0f}')} of "
+                         f"{runs[0]['samples']} given labels, {cell('wrong', '{:.0f}')} of them wrong; precision "
+                         f"{cell('precision', '{:.3f}')}, recall {cell('recall', '{:.3f}')}; of the samples it kept, "
+                         f"{cell('kept_noise', '{:.1f}', 100)}% wrong")
+    return ["", "What confident learning flagged (mean ± std over seeds):", "", *lines] if lines else []
+
+
+def spread(values, form):
+    """mean ± std of values, each in form."""
+    m, s, _ = mean_std(values)
+    return form.format(m) + ("" if s is None else " ± " + form.format(s))
 
 
 def fmt(stat, seeds):

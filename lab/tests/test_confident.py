@@ -94,3 +94,17 @@ def test_every_confident_command_shown_in_the_docs_is_accepted():
     for line in lines:
         args, rest, flags = confident.get_args(line.split()[2:])
         assert flags.val_split > 0 and flags.mode == "zero" and flags.lc == "ce"
+
+
+def test_a_sweep_starts_a_confident_row_as_its_own_process(tmp_path):
+    """tools.sweep runs a row whose flags name --entry lab/confident.py by that script (train.py's flags beside its
+    own), and a second start resumes: the run finishes once."""
+    from tools import paper_tables, sweep
+    d = str(tmp_path / "cl-pbnr-s0")
+    key = ["--entry", paper_tables.CONFIDENT, "--folds", "2", "--fold-epochs", "1"] + TINY
+    job = dict(name="cl-pbnr-s0", dir=d, key=key, argv=key + ["--out", d], after=None, col="x")
+    assert sweep.run_jobs([job], jobs=1) == {}
+    assert json.load(open(os.path.join(d, "confident.json")))["folds"] == 2
+    assert len(rows(d)) == 2 and len(rows(os.path.join(d, "folds", "1", "search"))) == 1
+    stamp = os.path.getmtime(os.path.join(d, "summary.json"))
+    assert sweep.run_jobs([job], jobs=1) == {} and os.path.getmtime(os.path.join(d, "summary.json")) == stamp

@@ -440,11 +440,17 @@ def test_every_command_passes_train_py_checks(preset):
         todo = paper_tables.jobs(preset, scale, 2, "sweeps")
         assert len({j["dir"] for j in todo}) == len(todo)
         for job in todo:
-            args = config.resolve(config.get_args(job["argv"]))  # exits on a contradiction (mkd with --lc ...)
+            args = config.resolve(config.get_args(paper_tables.train_flags(job["argv"])))  # exits on a contradiction
             assert args.dataset == {"paper": "cifar100", "fmnist": "fashionmnist"}.get(scale, "synthetic")
             small = {"demo": "mlp", "benign": "cnn", "smoke": "cnn", "fmnist": "mlp"}
             assert args.arch == ",".join([small[scale]] * args.peers) if scale in small else "cnn" not in args.arch
-            assert job["name"].startswith(f"{args.mode}-") and job["name"].endswith(f"-s{args.seed}")
+            script, argv = paper_tables.entry_of(job["argv"])
+            if script == paper_tables.CONFIDENT:  # and lab/confident.py's own checks
+                from lab import confident
+                assert confident.get_args(argv)[2].val_split == 0.1 and job["name"].startswith("cl-")
+            else:
+                assert script == paper_tables.TRAIN_ENTRY and job["name"].startswith(f"{args.mode}-")
+            assert job["name"].endswith(f"-s{args.seed}")
 
 
 def test_cifar100n_runs_only_at_paper_scale(tmp_path):
@@ -469,7 +475,7 @@ def test_table3_runs_the_comparators_with_their_authors_cifar100_settings_beside
     todo = paper_tables.jobs("table3", "paper", 1, "sweeps")
     assert len(todo) == len(t["rows"]) * len(t["cols"]) - len(t["skip"])
     assert all(j["name"].endswith("-resnet50-s0") for j in todo)
-    by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
+    by_name = {j["name"]: config.resolve(config.get_args(paper_tables.train_flags(j["argv"]))) for j in todo}
     cp = by_name["coteach+-pair40-resnet50-s0"]
     assert (cp.mode, cp.lc, cp.forget_rate, cp.coteach_plus_init, cp.epochs) == ("coteach+", "ce", 0.4, 4, 200)
     assert by_name["jocor-sym20-resnet50-s0"].jocor_lambda == 0.85
@@ -535,10 +541,10 @@ def test_the_table3_schedule_is_the_presets_and_same_point_keeps_the_phase_of_th
 def test_table3_at_fmnist_scale_is_its_sym40_and_idn40_columns_at_the_authors_ten_class_settings():
     t = paper_tables.PRESETS["table3"][0]
     todo = paper_tables.jobs("table3", "fmnist", 1, "sweeps")
-    by_name = {j["name"]: config.resolve(config.get_args(j["argv"])) for j in todo}
+    by_name = {j["name"]: config.resolve(config.get_args(paper_tables.train_flags(j["argv"]))) for j in todo}
     assert len(todo) == 2 * len(t["rows"]) - 1
     assert all(("-sym40" in n) != ("-idn40" in n) for n in by_name)
-    paper = {j["name"].replace("-resnet50", ""): config.resolve(config.get_args(j["argv"]))
+    paper = {j["name"].replace("-resnet50", ""): config.resolve(config.get_args(paper_tables.train_flags(j["argv"])))
              for j in paper_tables.jobs("table3", "paper", 1, "sweeps")}
     src, dst = paper_tables.R50_SCHEDULE, (80, (40, 60))
     ten = {r: dict(zip(f[::2], f[1::2])) for r, f in ((r, x["k10"][0]) for r, x in paper_tables.AUTHORS.items())}
@@ -584,9 +590,11 @@ def test_table3_at_smoke_scale_runs_every_row_and_says_it_ranks_nothing(tmp_path
     then finds every one finished, skips it and writes the table (starting each as a process is tested above)."""
     import train
     out = str(tmp_path / "sweeps")
+    from lab import confident
     for job in paper_tables.jobs("table3", "smoke", 1, os.path.join(out, "table3-smoke")):  # a row that reads another
         paper_tables.claim(job)  # comes after it
-        train.main(job["argv"])
+        script, argv = paper_tables.entry_of(job["argv"])
+        {paper_tables.TRAIN_ENTRY: train.main, paper_tables.CONFIDENT: confident.main}[script](argv)
     capsys.readouterr()
     assert sweep.main(["table3", "--scale", "smoke", "--out", out, "--jobs", "2"]) == 0
     assert "FAILED" not in capsys.readouterr().out
@@ -599,6 +607,19 @@ def test_table3_at_smoke_scale_runs_every_row_and_says_it_ranks_nothing(tmp_path
         assert re.fullmatch(r"\d+\.\d\d", line.split(" | ")[1].rstrip(" |")), line  # trained, nothing beside it
     assert "(paper " not in md.split("## Table 3")[1].split("###")[0] and "S2E" not in md
     assert "beat every other row" not in md and "Preconditions" not in md and "### Diagnostics" in md
+    # confident learning's rows say what cleanlab flagged, from each run's confident.json, and the raw data keeps it
+    cols = [c[0] for c in sweep.scale_cols(t, "smoke")]
+    for row, name in (("cl", "cl-pbnr"), ("cl-pbc", "cl-pbc")):
+        flags = json.load(open(os.path.join(out, "table3-smoke", f"{name}-{cols[0]}-s0", "confident.json")))
+        assert (f"- {paper_tables.row_label(t, row, 'smoke')} (1 seeds): flagged {flags['flagged']} of "
+                f"{flags['samples']} given labels, {flags['wrong']} of them wrong; precision "
+                f"{flags['precision']:.3f}") in md
+    raw = str(tmp_path / "runs.jsonl.gz")
+    assert sweep.main(["table3", "--scale", "smoke", "--out", out, "--pack", raw]) == 0
+    assert sum("confident" in r for r in sweep.read_raw(raw)) == 2 * len(cols)
+    assert sweep.main(["table3", "--scale", "smoke", "--from", raw, "--out", str(tmp_path / "again")]) == 0
+    again = open(tmp_path / "again" / "table3-smoke.md").read()
+    assert again.split("### Diagnostics", 1)[1] == md.split("### Diagnostics", 1)[1]
 
 
 @pytest.mark.parametrize("extra,error", [
