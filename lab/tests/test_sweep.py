@@ -108,7 +108,7 @@ def refused(capsys, *argv):
 
 
 def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_path):
-    """docs/table3-fmnist's table is the sweep's own rendering of its committed raw data, the Sym 40% column of one code:
+    """docs/table3-fmnist's table is the sweep's own rendering of its committed raw data, both columns of one code:
     no number by hand, and every one results.md and the README quote from it is in it."""
     docs = os.path.join(HERE, "docs", "table3-fmnist")
     raw = os.path.join(docs, "runs.jsonl.gz")
@@ -117,9 +117,10 @@ def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_
     # (but the line that says where the runs ran)
     assert body(tmp_path / "table3-fmnist.md") == body(os.path.join(docs, "table3-fmnist.md"))
     runs = sweep.read_raw(raw)
-    assert len(runs) == 20 * 5 and all("--noise sym --rate 0.4 " in " ".join(r["key"]) for r in runs)  # 20 rows, 5 seeds
+    cols = [sum(f"--noise {k} --rate 0.4 " in " ".join(r["key"]) for r in runs) for k in ("sym", "idn")]
+    assert cols == [20 * 5, 19 * 5] and len(runs) == sum(cols)  # 20 rows, 5 seeds; IDN has no true T for Forward
     assert len({r["provenance"]["code"] for r in runs}) == 1 and all(r["provenance"]["git_commit"] for r in runs)
-    assert "(n=" not in body(tmp_path / "table3-fmnist.md")  # every cell has its 5 seeds
+    assert "(n=" not in body(tmp_path / "table3-fmnist.md")  # every cell has its 5 seeds (confident learning: not run)
     text = open(os.path.join(HERE, "docs", "results.md")).read()  # what results.md quotes of it is in it
     readme = open(os.path.join(HERE, "README.md")).read()  # and the README's bullet
     bullet = readme[readme.index("- **Table 3's methods"):readme.index("40% and Table 3")]
