@@ -1,6 +1,6 @@
-"""Confident learning (Northcutt et al., 2021) through cleanlab, the tool a user with noisy labels reaches for first,
-as a row of the comparison: out-of-fold probabilities of the noisy training set, cleanlab's find_label_issues on
-them, and the pair trained again by CE on the samples it does not flag.
+"""Confident learning (Northcutt et al., 2021) through cleanlab, as a row of the comparison: out-of-fold
+probabilities of the noisy training set, cleanlab's find_label_issues on them, and the pair trained again by CE on
+the samples it does not flag. It is the tool a user with noisy labels reaches for first.
 
     python lab/confident.py --dataset fashionmnist --arch mlp --val-split 0.1 --out runs/cl
     python lab/confident.py --filter-by prune_by_class --folds 5 --fold-epochs 20 ... --out runs/cl-pbc
@@ -11,11 +11,14 @@ labels (--mode zero --lc ce), the classifier confident learning reads. Under --o
                        clean validation split (--val-split, needed) chooses the epoch
   folds/<i>/chosen  -- the same run to that epoch (its milestones pinned, so its epochs are search's); probs.npz is
                        evaluate.py --probs of it, whose held-out rows are the fold's out-of-sample probabilities
-  kept_indices.npy  -- the samples find_label_issues does not flag (the pair's mean probability, at its filter_by)
+  kept_indices.npy  -- the samples find_label_issues does not flag (the pair's mean probability, at its filter_by);
+                       to train another method on them, give train.py --train-indices with the same data and noise
+                       flags (confident.json's labels_from, printed at the end): they draw the labels cleanlab saw
   confident.json    -- the chosen epochs, what was flagged, and its precision and recall against the clean labels
   the run itself    -- train.py --train-indices kept_indices.npy --out OUT: its metrics.jsonl and summary.json are
                        the row's, as every row's are
-Run the same command again to continue: finished runs are kept, stopped ones resume. Bad input: one line, exit 2.
+--val-split is needed; --out defaults to train.py's (runs/<dataset>-<noise>...). Run the same command again to
+continue: finished runs are kept, stopped ones resume. Bad input: one line, exit 2.
 """
 import json
 import os
@@ -37,12 +40,19 @@ from training.errors import Parser, UserError, one_line  # noqa: E402
 
 FILTERS = ("prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given")
 CE = ["--mode", "zero", "--lc", "ce"]
+LABELS = ("dataset", "image_size", "subset", "subset_seed", "val_split", "seed", "noise", "rate", "noise_file",
+          "noise_key", "synthetic_size", "synthetic_test_size", "synthetic_classes", "synthetic_difficulty",
+          "synthetic_shift")  # what
+# draws the kept samples and their given labels (build.load_data, build.given_labels): a retrain on kept_indices.npy
+# needs the same, or its labels are not the ones cleanlab saw
 
 
 def get_args(argv):
     p = Parser(command="python lab/confident.py", description=__doc__.split("\n")[0], add_help=True,
                usage="python lab/confident.py [--folds K] [--fold-epochs E] [--filter-by F] [train.py flags] --out DIR")
-    p.add_argument("--folds", type=int, default=5, help="k of the out-of-fold probabilities (default 5)")
+    p.add_argument("--folds", type=int, default=5, help="k of the out-of-fold probabilities (default 5); every "
+                                                         "run needs train.py's --val-split, which chooses each fold's "
+                                                         "epoch")
     p.add_argument("--fold-epochs", type=int, default=20, help="epochs each fold trains, its best chosen (default 20)")
     p.add_argument("--filter-by", choices=FILTERS, default="prune_by_noise_rate",
                    help="cleanlab.filter.find_label_issues' filter_by (default: its own default)")
@@ -131,13 +141,22 @@ def main(argv=None):
     report = dict(filter_by=args.filter_by, folds=args.folds, fold_epochs=args.fold_epochs, chosen_epochs=chosen,
                   samples=len(given), flagged=int(flagged.sum()), wrong=int(wrong.sum()),
                   precision=hits / max(1, int(flagged.sum())), recall=hits / max(1, int(wrong.sum())),
-                  kept_noise=float(wrong[~flagged].mean()))
+                  kept_noise=float(wrong[~flagged].mean()), labels_from=labels_from(flags))
     with runfiles.replacing(os.path.join(flags.out, "confident.json")) as f:
         json.dump(report, f, indent=1)
     print(f"confident learning ({args.filter_by}): flagged {report['flagged']} of {len(given)}, precision "
           f"{report['precision']:.3f} recall {report['recall']:.3f}; the pair trains on the other "
           f"{len(given) - report['flagged']}, {100 * report['kept_noise']:.1f}% of them wrong", flush=True)
+    print(f"to train another method on them: python train.py {report['labels_from']} --train-indices {kept} ... "
+          "(these data and noise flags draw the labels cleanlab saw)", flush=True)
     return run(rest + CE + ["--train-indices", kept, "--out", flags.out])
+
+
+def labels_from(flags):
+    """The train.py flags that draw the kept samples and their given labels, as one string."""
+    synthetic = flags.dataset == "synthetic"
+    return " ".join(f"--{k.replace('_', '-')} {getattr(flags, k)}" for k in LABELS if getattr(flags, k) is not None
+                    and (synthetic or not k.startswith("synthetic_")))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from cleanlab.filter import find_label_issues
 
+import train
 from lab import confident
 from training import build, config
 
@@ -62,6 +63,12 @@ def test_out_of_fold_probabilities_cleanlabs_flags_and_the_run_on_the_rest(tmp_p
     assert report["precision"] == pytest.approx((flagged & wrong).sum() / flagged.sum())
     assert report["recall"] == pytest.approx((flagged & wrong).sum() / wrong.sum())
     assert summary["test_acc_mean"] == json.load(open(os.path.join(out, "summary.json")))["test_acc_mean"]
+    # another method on the kept samples, with the data and noise flags confident.json names: cleanlab's labels
+    other = str(tmp_path / "cmd")
+    train.main(report["labels_from"].split() + ["--train-indices", os.path.join(out, "kept_indices.npy"), "--arch",
+                                                "cnn", "--epochs", "1", "--device", "cpu", "--out", other])
+    assert np.array_equal(np.load(os.path.join(other, "noisy_labels.npy")), given[~flagged])
+    assert "--val-split 0.25" in report["labels_from"] and "--seed 0" in report["labels_from"]
     first = rows(out)
     stamps = {p: os.path.getmtime(p) for p in (os.path.join(out, "metrics.jsonl"),
                                                os.path.join(out, "folds", "0", "search", "metrics.jsonl"))}
