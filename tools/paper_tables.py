@@ -30,9 +30,9 @@ from mutual import THRESHOLDS
 from training import runfiles
 from training.errors import UserError
 
-ETA_START = "@eta-start"  # --eta's value in a row at the copy guide's η: schedule.eta_start for the scale's K and the
-# column's noise rate, from symmetric noise's H_ν in every column (2 at K = 10 and 40%), as the guide gave it when the
-# table ran; by the rows of the column's own noise it is 4.5 for IDN at 40% (docs/results.md)
+ETA_START = "@eta-start"  # --eta's value in a row at the copy guide's η for symmetric noise: schedule.eta_start
+# for the scale's K and the column's noise rate, from symmetric noise's H_ν in every column (2 at K = 10 and 40%); the
+# rule of each column's own noise kind gives 4.5 for IDN and pair noise at K = 10 and 40%, about the η = 4 row
 AFTER = "@row:"  # a flag's value that names another row of its table: the folder of that row's run of the same
 # column and seed, which the run reads (Joint optimisation's second step, --labels-from its first); it starts after
 # it. In a run's key (sweep.json) the value also holds that row's flags (cell_flags, after "|"), so that a run whose
@@ -234,11 +234,13 @@ PRESETS = {
                                     "{--trevision-revise})", method("trevision") + ["--trevision-revise", "50"]),
                       ("proselflc", "ProSelfLC", method("zero", "proselflc")),
                       ("progressive-proselflc", "CMD-P+ProSelfLC (η = 4)", method("progressive", "proselflc")),
-                      ("progressive-proselflc-start", "CMD-P+ProSelfLC (η = {--eta}, the copy guide's start)",
+                      ("progressive-proselflc-start",
+                       "CMD-P+ProSelfLC (η = {--eta}, the copy guide's start for symmetric noise)",
                        method("progressive", "proselflc") + ["--eta", ETA_START]),
                       ("mylc", "MyLC", method("zero", "mylc")),
                       ("progressive-mylc", "CMD-P+MyLC (η = 4)", method("progressive", "mylc")),
-                      ("progressive-mylc-start", "CMD-P+MyLC (η = {--eta}, the copy guide's start)",
+                      ("progressive-mylc-start",
+                       "CMD-P+MyLC (η = {--eta}, the copy guide's start for symmetric noise)",
                        method("progressive", "mylc") + ["--eta", ETA_START]),
                       ("joint-1", "Joint, step 1 (α {--joint-alpha}, β {--joint-beta}, relabelled from "
                                   "{--joint-begin} of the run)", method("joint") + ["--joint-begin", "0.35"]),

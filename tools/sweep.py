@@ -71,10 +71,10 @@ def pin_code(sweep_dir):
     return folder, pinned
 
 
-def run_jobs(todo, gpus=0, jobs=1, code=None):
+def run_jobs(todo, gpus=0, jobs=1, code=None, finished=None):
     """Run the unfinished jobs, `gpus` at a time (each sees one GPU), else `jobs` at a time on the CPU (each
     with an equal share of its cores as torch threads), each `lab/train.py` of code (pin_code's: its folder and
-    code.json; None: this checkout's). Returns {name: error}."""
+    code.json; None: this checkout's); finished() after each run that finishes. Returns {name: error}."""
     pending, failed, running = [], {}, {}
     for i, job in enumerate(todo):
         if not finished_job(job, f"[{i + 1}/{len(todo)}] {job['name']}", failed):
@@ -110,6 +110,8 @@ def run_jobs(todo, gpus=0, jobs=1, code=None):
                     with open(os.path.join(r["job"]["dir"], "summary.json")) as f:
                         acc = json.load(f)[MEAN]
                     print(f"{head}: {MEAN} {acc:.2f} ({time.time() - r['t0']:.0f}s)", flush=True)
+                    if finished:
+                        finished()
                     continue
                 with open(r["err"].name) as f:  # only what this attempt wrote
                     f.seek(r["err_at"])
@@ -200,15 +202,33 @@ def read_raw(path):
 
 def unpack(runs, sweep_dir):
     """Packed runs (read_raw's, so each name a folder's) as finished run folders under sweep_dir: the files render
-    reads."""
+    and pack read (config.json holds the provenance alone)."""
     for r in runs:
         d = os.path.join(sweep_dir, r["name"])
-        os.makedirs(d)
-        for name, obj in (("sweep.json", r["key"]), ("summary.json", r["summary"]), (CONFIDENT, r.get("confident"))):
+        os.makedirs(d, exist_ok=True)
+        provenance = {"provenance": r["provenance"]} if r.get("provenance") else None
+        for name, obj in (("sweep.json", r["key"]), ("summary.json", r["summary"]), (CONFIDENT, r.get("confident")),
+                          ("config.json", provenance)):
             if obj is not None:
                 runfiles.write_json(d, name, obj)
         with open(os.path.join(d, "metrics.jsonl"), "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in r["rows"])
+
+
+def restore(todo, path, code):
+    """--pack FILE's runs of todo at code (the sweep's pinned digest) as finished folders where theirs hold no run: a
+    sweep whose folder was lost continues from its pack, running only the rest. A run that another reads (its
+    --labels-from) is left to run again unless its reader is packed too: the pack keeps numbers, not files. Returns
+    how many it restored."""
+    packed = {r["name"]: r for r in read_raw(path) if code_key(r.get("provenance")) == code}
+    ok = {j["name"] for j in todo if j["name"] in packed and runfiles.state(j["dir"]) == runfiles.NEW
+          and dict(zip(j["key"][::2], j["key"][1::2])) == dict(zip(packed[j["name"]]["key"][::2],
+                                                                   packed[j["name"]]["key"][1::2]))}
+    read = {j["after"] for j in todo if j.get("after") and j["name"] not in ok}
+    ok = [j for j in todo if j["name"] in ok and j["dir"] not in read]
+    for j in ok:
+        unpack([packed[j["name"]]], os.path.dirname(j["dir"]))
+    return len(ok)
 
 
 def provenance_of(d):
@@ -632,9 +652,10 @@ def main(argv=None, cluster="slurm"):
                                                         "the scale's are listed where one is unknown); the table "
                                                         "shows the others' cells from runs already there")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
-    p.add_argument("--pack", metavar="FILE", help="after the runs, every finished run's numbers into FILE (gzipped JSON "
-                                                  "lines: flags, metrics, summary, provenance), to keep or share; "
-                                                  "runs already in FILE are kept, one of the same name replaced")
+    p.add_argument("--pack", metavar="FILE", help="every finished run's numbers into FILE (gzipped JSON lines: flags, "
+                                                  "metrics, summary, provenance), as each finishes, to keep or share; "
+                                                  "runs already in FILE are kept, one of the same name replaced; "
+                                                  "its runs at the sweep's code are not run again")
     p.add_argument("--from", dest="raw", metavar="FILE", help="run nothing: the table from the runs --pack wrote "
                                                               "into FILE (those of this preset, scale and seeds)")
     p.add_argument("--launcher", choices=("local", "slurm"), default="local",
@@ -673,6 +694,11 @@ def main(argv=None, cluster="slurm"):
     except OSError as e:
         raise UserError(f"{os.path.join(sweep_dir, CODE)}: the copy of the code the sweep's runs run cannot be written "
                         f"({e.strerror or e}); free some space or choose another --out") from None
+    if args.pack and os.path.exists(args.pack):
+        n = restore(todo, args.pack, code[1]["code"])
+        if n:
+            print(f"sweep.py: {n} runs of {args.pack} at this code restored into {sweep_dir}: skipped", flush=True)
+    done = (lambda: pack(todo, args.pack)) if args.pack else None  # as each run finishes: a stopped sweep keeps them
     try:
         if args.launcher == "slurm":  # a run that reads another's waits for it: the same command again submits it
             later = {job["name"]: "queued" for job in todo if blocked(job, todo, {}) is not None}
@@ -684,7 +710,7 @@ def main(argv=None, cluster="slurm"):
             waiting.update(later)
         else:
             waiting = slurm.waiting(todo)  # runs whose Slurm job is queued or running are left to it
-            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs, code)
+            failed = run_jobs([job for job in todo if job["name"] not in waiting], args.gpus, args.jobs, code, done)
     except runfiles.WriteError as e:  # a run's sweep.json or logs, a job's record: the runs under way have stopped
         raise kept_going(e, sweep_dir) from None  # at their checkpoints (a Slurm job goes on)
     hw, version = slurm.hardware(args, todo, cluster) if args.launcher == "slurm" else \

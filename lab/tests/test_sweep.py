@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tools import paper_tables, plot, stats, sweep
-from training import config, source
+from training import config, runfiles, source
 from training.presets import preset
 
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
@@ -181,6 +181,60 @@ def test_a_sweep_whose_checkout_moves_on_runs_the_code_it_started_with(tmp_path,
     said = capsys.readouterr().out
     assert f"runs run the code it started with, {pinned} (commit {commit[:7]})" in said
     assert f"this checkout is now code {source.digest(str(repo))}" in said
+
+
+def test_a_sweep_packs_each_run_as_it_finishes_and_continues_from_its_pack(tmp_path, monkeypatch, capsys):
+    """--pack holds each run once it finishes, so a sweep stopped midway keeps it; with the sweep's folder lost, the
+    same command restores the pack's runs at its code and runs only the rest, to the table a sweep never stopped
+    writes; a packed run of another code runs again."""
+    out, raw = str(tmp_path / "sweeps"), str(tmp_path / "runs.jsonl.gz")
+    argv, ran, stopped, started = ["table1", "--scale", "smoke", "--out", out, "--pack", raw], [], [], sweep.start
+    first, second = [j["name"] for j in paper_tables.jobs("table1", "smoke", 1, out)]
+
+    def start(i, job, env, folder):
+        if i == 1 and not stopped:
+            stopped.append(i)
+            raise KeyboardInterrupt  # Ctrl-C once the first run has finished
+        ran.append(job["name"])
+        return started(i, job, env, folder)
+    monkeypatch.setattr(sweep, "start", start)
+    with pytest.raises(SystemExit):
+        sweep.main(argv)
+    assert [r["name"] for r in sweep.read_raw(raw)] == [first] and ran == [first]
+    shutil.rmtree(out)
+    assert sweep.main(argv) == 0
+    assert ran == [first, second]  # the first from the pack
+    assert "1 runs of" in capsys.readouterr().out
+    table = open(os.path.join(out, "table1-smoke.md")).read()
+    whole = str(tmp_path / "whole")
+    assert sweep.main(["table1", "--scale", "smoke", "--out", whole]) == 0
+    body = lambda text: [x for x in text.splitlines() if not x.startswith("scale ")]  # noqa: E731 (but the line
+    # that says where and how long)
+    assert body(table) == body(open(os.path.join(whole, "table1-smoke.md")).read()) and "every run" in table
+    runs = sweep.read_raw(raw)
+    next(r for r in runs if r["name"] == first)["provenance"]["code"] = "another"
+    with gzip.open(raw, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in runs)
+    shutil.rmtree(out)
+    del ran[:]
+    assert sweep.main(argv) == 0 and ran == [first]  # the second's code is the sweep's
+    assert len({r["provenance"]["code"] for r in sweep.read_raw(raw)}) == 1  # the first, run again, replaced
+
+
+def test_a_run_another_reads_is_restored_from_a_pack_only_with_its_reader(tmp_path):
+    """The pack keeps a run's numbers, not its files: a Joint step 1 whose step 2 is still to run runs again."""
+    todo = paper_tables.jobs("table3", "smoke", 1, str(tmp_path / "table3-smoke"))
+    reader = next(j for j in todo if j.get("after"))
+    read = next(j for j in todo if j["dir"] == reader["after"])
+    raw = str(tmp_path / "runs.jsonl.gz")
+    for packed, restored in (([read], 0), ([read, reader], 2)):
+        with gzip.open(raw, "wt") as f:
+            f.writelines(json.dumps(dict(name=j["name"], key=j["key"], summary={"test_acc_mean": 1.0}, rows=[],
+                                         provenance={"code": "c"})) + "\n" for j in packed)
+        assert sweep.restore(todo, raw, "another") == 0  # runs of another code
+        assert sweep.restore(todo, raw, "c") == restored
+        assert sweep.restore(todo, raw, "c") == 0  # once restored, nothing twice
+        assert all(runfiles.state(j["dir"]) == (runfiles.FINISHED if restored else runfiles.NEW) for j in packed)
 
 
 def test_a_sweep_cell_whose_runs_failed_reads_failed(tmp_path):
@@ -577,9 +631,10 @@ def test_table3_at_fmnist_scale_is_its_sym40_and_idn40_columns_at_the_authors_te
     assert labels["apl"] == "APL (NCE+RCE, α 1, β 1) [their CIFAR-10 config]"
     assert labels["dmi"] == "DMI (after 60 epochs of CE)" and paper_tables.row_label(t, "dmi", "paper") == \
         "DMI (after 80 epochs of CE)"
-    assert labels["progressive-mylc-start"] == "CMD-P+MyLC (η = 2, the copy guide's start)"
+    assert labels["progressive-mylc-start"] == "CMD-P+MyLC (η = 2, the copy guide's start for symmetric noise)"
     assert paper_tables.row_label(t, "progressive-mylc-start", "paper") == \
-        "CMD-P+MyLC (η = 4/2.5/4/2.5/2.5, the copy guide's start)"  # per column: pair 20, 40, sym 20, 40, idn 40
+        "CMD-P+MyLC (η = 4/2.5/4/2.5/2.5, the copy guide's start for symmetric noise)"  # per column: pair 20, 40,
+    # sym 20, 40, idn 40
     assert labels["trevision"].endswith("after 20 epochs of CE, anchors below the 97th percentile, reweighting, its ΔT "
                                         "in the last 9) [their CIFAR-10 settings]")
 
