@@ -81,8 +81,10 @@ def folds(given, k, seed):
 
 
 def run(argv):
-    """train.main(argv), resumed where its --out holds a run (a finished one does nothing); summary.json's numbers."""
-    out = argv[argv.index("--out") + 1]
+    """train.main(argv), resumed where its --out, the last (argv ends with it; the user's comes first), holds a run (a
+    finished one does nothing); summary.json's numbers."""
+    out = argv[-1]
+    assert argv[-2] == "--out", argv[-2:]
     with warnings.catch_warnings():  # a chosen run's milestones pinned after its last epoch: meant
         warnings.filterwarnings("ignore", message="--milestones .* never apply")
         summary = train.main(argv + (["--resume"] if runfiles.state(out) != runfiles.NEW else []))
@@ -126,7 +128,11 @@ def out_of_fold(rest, flags, keep, fold, k, fold_epochs):
 def main(argv=None):
     """Out-of-fold probabilities, cleanlab's flags, and the pair trained on the rest: the last run's summary.json's
     numbers."""
-    from cleanlab.filter import find_label_issues
+    try:
+        from cleanlab.filter import find_label_issues
+    except ImportError as e:
+        raise UserError(f"cleanlab cannot be imported ({e}): pip install -r requirements-dev.txt, which the lab's "
+                        "tools and tests need") from None
     args, rest, flags = get_args(sys.argv[1:] if argv is None else list(argv))
     d, images, _, keep = build.load_data(flags)
     given = build.given_labels(flags, d, images, keep)

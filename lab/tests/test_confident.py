@@ -115,3 +115,26 @@ def test_a_sweep_starts_a_confident_row_as_its_own_process(tmp_path):
     assert len(rows(d)) == 2 and len(rows(os.path.join(d, "folds", "1", "search"))) == 1
     stamp = os.path.getmtime(os.path.join(d, "summary.json"))
     assert sweep.run_jobs([job], jobs=1) == {} and os.path.getmtime(os.path.join(d, "summary.json")) == stamp
+
+
+def test_a_run_stopped_between_its_folds_continues_to_what_an_unstopped_one_ends_with(tmp_path, monkeypatch):
+    """Stopped after the first fold's probabilities (the process killed): the same command again keeps that fold's
+    runs and trains the rest, to the flags, confident.json and metrics of a run never stopped."""
+    def argv(out):
+        return ["--folds", "2", "--fold-epochs", "2"] + TINY + ["--out", str(tmp_path / out)]
+    whole = confident.main(argv("whole"))
+    evaluated = confident.evaluate.main
+
+    def stop_at_the_second(a):
+        if "/folds/1/" in a[0].replace(os.sep, "/") + "/":
+            raise MemoryError("killed")
+        return evaluated(a)
+    monkeypatch.setattr(confident.evaluate, "main", stop_at_the_second)
+    with pytest.raises(MemoryError):
+        confident.main(argv("stopped"))
+    stamp = os.path.getmtime(tmp_path / "stopped" / "folds" / "0" / "search" / "summary.json")
+    monkeypatch.setattr(confident.evaluate, "main", evaluated)
+    assert confident.main(argv("stopped"))["test_acc_mean"] == whole["test_acc_mean"]
+    assert os.path.getmtime(tmp_path / "stopped" / "folds" / "0" / "search" / "summary.json") == stamp
+    got, want = (json.load(open(tmp_path / d / "confident.json")) for d in ("stopped", "whole"))
+    assert got == want and rows(tmp_path / "stopped") == rows(tmp_path / "whole")
