@@ -252,7 +252,7 @@ PRESETS = {
                       ("cl-pbc", "Confident learning (prune_by_class)", confident("prune_by_class"))],
                      [*PAIR_NOISE, *sym(20, 40), ("idn40", "IDN 40%", noise("idn", 40), MEAN)],
                      missing=[("s2e", "S2E", "not built: a search over Co-teaching's R(t), 40-60 whole trainings "
-                                             "rewarded on clean test labels (docs/training.md)")],
+                                             "rewarded on clean test labels (docs/lab.md)")],
                      smoke_rows=None, proposed=("progressive-mylc", "progressive-mylc-start"), schedule=R50_SCHEDULE,
                      authors=AUTHORS, skip={("forward", "idn40"): "instance-dependent noise has no class-level T to "
                                                                   "give it: see Forward (T̂)"})],

@@ -639,8 +639,8 @@ def main(argv=None, cluster="slurm"):
     p.add_argument("--scale", choices=tuple(SCALES), default="paper",
                    help="paper: CIFAR-100 and the paper's networks (GPU); fmnist: Fashion-MNIST (real data) and "
                         "an mlp pair that memorises the noisy labels, 2 minutes a run on a CPU core, each table's "
-                        "Sym 40%% column; demo: synthetic data where an mlp memorises the noisy labels, minutes on a "
-                        "CPU; benign: synthetic data where a cnn does not, and noise does little harm; smoke: "
+                        "Sym 40%% and IDN 40%% columns; demo: synthetic data where an mlp memorises the noisy "
+                        "labels, minutes on a CPU; benign: synthetic data where a cnn does not, and noise does little harm; smoke: "
                         "seconds, for tests (default: paper)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1; cells show mean ± sample std")
     p.add_argument("--out", default="sweeps", metavar="DIR",
