@@ -7,6 +7,7 @@ the samples it does not flag. It is the tool a user with noisy labels reaches fo
 
 Every flag but this tool's own is train.py's, for every run it makes; each run trains the pair by CE on the given
 labels (--mode zero --lc ce), the classifier confident learning reads. Under --out:
+  folds/settings.json -- --folds, --fold-epochs, --filter-by: the same command continues the run, another is refused
   folds/<i>/search  -- fold i held out (stratified by the given labels, seeded by --seed), --fold-epochs epochs: its
                        clean validation split (--val-split, needed) chooses the epoch
   folds/<i>/chosen  -- the same run to that epoch (its milestones pinned, so its epochs are search's); probs.npz is
@@ -113,11 +114,12 @@ def out_of_fold(rest, flags, keep, fold, k, fold_epochs):
         milestones = ran["milestones"] or [fold_epochs]  # pinned: --epochs alone would scale the preset's
         chosen_dir = os.path.join(where, "chosen")
         run(fold_flags + ["--epochs", str(best), "--milestones", ",".join(map(str, milestones)), "--out", chosen_dir])
-        evaluate.main([chosen_dir, "--probs", os.path.join(where, "probs.npz"), "--device", flags.device])
+        if not os.path.exists(os.path.join(where, "probs.npz")):  # once: a run continued on another device or
+            evaluate.main([chosen_dir, "--probs", os.path.join(where, "probs.npz"), "--device", flags.device])  # thread
         with np.load(os.path.join(where, "probs.npz"), allow_pickle=False) as z:
             p = z["probs"].mean(0)
             held = ~z["trained"]
-        assert np.array_equal(held, fold == i)
+        assert np.array_equal(held, fold == i)  # settings.json: the folds are the ones these files were made with
         probs = np.zeros_like(p) if probs is None else probs
         probs[held] = p[held]
         chosen.append(best)
@@ -134,13 +136,20 @@ def main(argv=None):
         raise UserError(f"cleanlab cannot be imported ({e}): pip install -r requirements-dev.txt, which the lab's "
                         "tools and tests need") from None
     args, rest, flags = get_args(sys.argv[1:] if argv is None else list(argv))
+    settings = check_out(flags.out, args)
     d, images, _, keep = build.load_data(flags)
     given = build.given_labels(flags, d, images, keep)
     fold = folds(given, args.folds, flags.seed)
+    if settings is not None:  # the first write
+        os.makedirs(os.path.join(flags.out, "folds"), exist_ok=True)
+        runfiles.write_json(os.path.join(flags.out, "folds"), "settings.json", settings)
     probs, chosen = out_of_fold(rest, flags, keep, fold, args.folds, args.fold_epochs)
     flagged = find_label_issues(given, probs, filter_by=args.filter_by, n_jobs=1)  # no forked workers
     wrong = given != np.asarray(images.labels)
     kept = os.path.join(flags.out, "kept_indices.npy")
+    if os.path.exists(kept) and not np.array_equal(np.load(kept, allow_pickle=False), keep[~flagged]):
+        raise UserError(f"{kept} names other samples than find_label_issues flags now (cleanlab {cleanlab_version()}); "
+                        f"the run on them stays as it is: choose another --out to flag them again")
     with runfiles.replacing(kept, "wb") as f:
         np.save(f, keep[~flagged])
     hits = int((flagged & wrong).sum())
@@ -154,8 +163,34 @@ def main(argv=None):
           f"{report['precision']:.3f} recall {report['recall']:.3f}; the pair trains on the other "
           f"{len(given) - report['flagged']}, {100 * report['kept_noise']:.1f}% of them wrong", flush=True)
     print(f"to train another method on them: python train.py {report['labels_from']} --train-indices {kept} ... "
-          "(these data and noise flags draw the labels cleanlab saw)", flush=True)
+          "(these data and noise flags draw the labels cleanlab saw; --rate stays the noise of all of them, and "
+          "what defaults to it, --forget-rate, --cdr-rate, Forward's T, with it: give the kept samples' own)",
+          flush=True)
     return run(rest + CE + ["--train-indices", kept, "--out", flags.out])
+
+
+def check_out(out, args):
+    """Before anything is written: OUT is new, or a run of this tool with the same --folds, --fold-epochs and
+    --filter-by (folds/settings.json). UserError otherwise. Returns what settings.json is to hold, None where it
+    does already."""
+    mine = dict(folds=args.folds, fold_epochs=args.fold_epochs, filter_by=args.filter_by)
+    path = os.path.join(out, "folds", "settings.json")
+    if os.path.exists(path):
+        then = runfiles.read_json(os.path.dirname(path), "settings.json")
+        if then != mine:
+            raise UserError(f"{out} holds a run of lab/confident.py with " + " ".join(
+                f"--{k.replace('_', '-')} {v}" for k, v in then.items()) + "; give the same to continue it, or "
+                "another --out")
+        return None
+    if runfiles.state(out) != runfiles.NEW or os.path.isdir(os.path.join(out, "folds")):
+        raise UserError(f"{out} holds a run that is not lab/confident.py's (or one made before it recorded its "
+                        "settings); choose another --out")
+    return mine
+
+
+def cleanlab_version():
+    import cleanlab
+    return cleanlab.__version__
 
 
 def labels_from(flags):

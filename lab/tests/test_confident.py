@@ -71,11 +71,13 @@ def test_out_of_fold_probabilities_cleanlabs_flags_and_the_run_on_the_rest(tmp_p
     assert "--val-split 0.25" in report["labels_from"] and "--seed 0" in report["labels_from"]
     first = rows(out)
     stamps = {p: os.path.getmtime(p) for p in (os.path.join(out, "metrics.jsonl"),
-                                               os.path.join(out, "folds", "0", "search", "metrics.jsonl"))}
+                                               os.path.join(out, "folds", "0", "search", "metrics.jsonl"),
+                                               os.path.join(out, "folds", "0", "probs.npz"))}
     capsys.readouterr()
     assert confident.main(argv + ["--resume"]) == summary  # a sweep adds --resume
     assert "nothing to do" in capsys.readouterr().out and rows(out) == first
-    assert all(os.path.getmtime(p) == t for p, t in stamps.items())
+    assert all(os.path.getmtime(p) == t for p, t in stamps.items())  # nor evaluates, nor flags anew
+    assert json.load(open(os.path.join(out, "confident.json"))) == report
     assert confident.main(["--filter-by", "prune_by_class"] + argv[:4] + TINY + ["--out", str(tmp_path / "pbc")])
 
 
@@ -138,3 +140,35 @@ def test_a_run_stopped_between_its_folds_continues_to_what_an_unstopped_one_ends
     assert os.path.getmtime(tmp_path / "stopped" / "folds" / "0" / "search" / "summary.json") == stamp
     got, want = (json.load(open(tmp_path / d / "confident.json")) for d in ("stopped", "whole"))
     assert got == want and rows(tmp_path / "stopped") == rows(tmp_path / "whole")
+
+
+def test_a_folder_of_another_run_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys):
+    """--out holding this tool's run of other --folds, --fold-epochs or --filter-by, or a train.py run, is refused
+    before any fold trains; a kept_indices.npy that the folds' kept probabilities do not give again is refused
+    before it is written over."""
+    out, plain = str(tmp_path / "cl"), str(tmp_path / "plain")
+    argv = ["--folds", "2", "--fold-epochs", "1"] + TINY + ["--out", out]
+    confident.main(argv)
+    train.main(TINY + ["--out", plain])
+
+    def files():
+        return {os.path.join(d, n): os.path.getmtime(os.path.join(d, n)) for d, _, ns in os.walk(tmp_path) for n in ns}
+
+    def refused(a, words):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            confident.main(a)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+    before = files()
+    refused(["--folds", "3"] + argv[2:], "with --folds 2 --fold-epochs 1 --filter-by prune_by_noise_rate; give the same")
+    refused(["--filter-by", "prune_by_class"] + argv, "with --folds 2")
+    refused(argv[:-1] + [plain], "not lab/confident.py's")
+    assert files() == before
+    kept = np.load(os.path.join(out, "kept_indices.npy"))
+    np.save(os.path.join(out, "kept_indices.npy"), kept[1:])
+    before = files()
+    refused(argv, "names other samples than find_label_issues flags now")
+    assert files() == before
+    np.save(os.path.join(out, "kept_indices.npy"), kept)
+    assert confident.main(argv)["test_acc_mean"] == json.load(open(os.path.join(out, "summary.json")))["test_acc_mean"]
