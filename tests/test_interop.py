@@ -35,7 +35,7 @@ def refused(capsys, argv, main=train.main):
     return err
 
 
-def test_train_indices_trains_on_those_samples_with_the_labels_drawn_over_all(tmp_path):
+def test_train_indices_trains_on_those_samples_with_the_labels_drawn_over_all(tmp_path, capsys):
     """A run on every other kept sample trains on exactly them (train_indices.npy, 36 samples an epoch), with the
     labels the full run gives them: noise is drawn over every kept sample first. Naming every kept sample is the
     plain run, bit for bit."""
@@ -43,7 +43,9 @@ def test_train_indices_trains_on_those_samples_with_the_labels_drawn_over_all(tm
     assert len(keep) == 72 and len(np.unique(given)) == 4
     np.save(tmp_path / "half.npy", keep[1::2][::-1])  # any order: the run trains in the dataset's
     np.save(tmp_path / "all.npy", keep)
+    capsys.readouterr()
     train.main(TINY + ["--out", str(tmp_path / "half"), "--train-indices", str(tmp_path / "half.npy")])
+    assert " train 36 (4 classes" in capsys.readouterr().out
     assert np.array_equal(np.load(tmp_path / "half" / "train_indices.npy"), keep[1::2])
     assert np.array_equal(np.load(tmp_path / "half" / "noisy_labels.npy"), given[1::2])
     train.main(TINY + ["--out", str(tmp_path / "plain")])
@@ -75,6 +77,13 @@ def test_train_indices_bad_files_are_one_line_and_nothing_is_written(tmp_path, c
         f.write("1 2 3\n")
     assert "not a .npy array" in refused(capsys, TINY + ["--out", str(tmp_path / "t"), "--train-indices",
                                                          str(tmp_path / "text.npy")])
+    open(tmp_path / "nothing.npy", "w").close()  # an empty file
+    assert "not a .npy array" in refused(capsys, TINY + ["--out", str(tmp_path / "t"), "--train-indices",
+                                                         str(tmp_path / "nothing.npy")])
+    np.savez(tmp_path / "two.npz", keep[:4], keep[4:8])
+    assert "an .npz" in refused(capsys, TINY + ["--out", str(tmp_path / "t"), "--train-indices",
+                                                str(tmp_path / "two.npz")])
+    assert not os.path.exists(tmp_path / "t")
 
 
 def test_a_resume_with_other_train_indices_is_refused(tmp_path, capsys):

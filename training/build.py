@@ -126,8 +126,11 @@ def chosen_rows(path, keep, dataset):
         idx = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise UserError(f"--train-indices {path} does not exist; check the path") from None
-    except (OSError, ValueError) as e:  # not a .npy, or one of objects (a pickle, refused)
+    except (OSError, ValueError, EOFError) as e:  # not a .npy, one of objects (a pickle, refused), an empty file
         raise UserError(f"--train-indices {path} is not a .npy array of numbers ({type(e).__name__}); {fix}") from None
+    if not isinstance(idx, np.ndarray):  # an .npz: several arrays
+        idx.close()
+        raise UserError(f"--train-indices {path} is an .npz of several arrays, not one; {fix}")
     if idx.ndim != 1 or idx.dtype.kind not in "iu" or len(idx) == 0:
         raise UserError(f"--train-indices {path} holds {idx.dtype} of shape {idx.shape}, not indices; {fix}")
     ours, counts = np.unique(idx, return_counts=True)
