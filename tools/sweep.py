@@ -202,26 +202,28 @@ def read_raw(path):
 
 def unpack(runs, sweep_dir):
     """Packed runs (read_raw's, so each name a folder's) as finished run folders under sweep_dir: the files render
-    and pack read (config.json holds the provenance alone)."""
+    and pack read (config.json holds the provenance alone), summary.json last: a folder stopped before it is no
+    finished run."""
     for r in runs:
         d = os.path.join(sweep_dir, r["name"])
         os.makedirs(d, exist_ok=True)
+        with runfiles.replacing(os.path.join(d, "metrics.jsonl")) as f:
+            f.writelines(json.dumps(row) + "\n" for row in r["rows"])
         provenance = {"provenance": r["provenance"]} if r.get("provenance") else None
-        for name, obj in (("sweep.json", r["key"]), ("summary.json", r["summary"]), (CONFIDENT, r.get("confident")),
-                          ("config.json", provenance)):
+        for name, obj in (("sweep.json", r["key"]), (CONFIDENT, r.get("confident")), ("config.json", provenance),
+                          ("summary.json", r["summary"])):
             if obj is not None:
                 runfiles.write_json(d, name, obj)
-        with open(os.path.join(d, "metrics.jsonl"), "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in r["rows"])
 
 
 def restore(todo, path, code):
-    """--pack FILE's runs of todo at code (the sweep's pinned digest) as finished folders where theirs hold no run: a
+    """--pack FILE's runs of todo at code (the sweep's pinned digest) as finished folders where theirs hold nothing
+    but a sweep.json, which a claim writes before its run starts (a run under way, a Slurm job's, holds more): a
     sweep whose folder was lost continues from its pack, running only the rest. A run that another reads (its
     --labels-from) is left to run again unless its reader is packed too: the pack keeps numbers, not files. Returns
     how many it restored."""
     packed = {r["name"]: r for r in read_raw(path) if code_key(r.get("provenance")) == code}
-    ok = {j["name"] for j in todo if j["name"] in packed and runfiles.state(j["dir"]) == runfiles.NEW
+    ok = {j["name"] for j in todo if j["name"] in packed and set(listed(j["dir"])) <= {"sweep.json"}
           and dict(zip(j["key"][::2], j["key"][1::2])) == dict(zip(packed[j["name"]]["key"][::2],
                                                                    packed[j["name"]]["key"][1::2]))}
     read = {j["after"] for j in todo if j.get("after") and j["name"] not in ok}
@@ -229,6 +231,11 @@ def restore(todo, path, code):
     for j in ok:
         unpack([packed[j["name"]]], os.path.dirname(j["dir"]))
     return len(ok)
+
+
+def listed(d):
+    """The names in folder d; none where there is no such folder."""
+    return os.listdir(d) if os.path.isdir(d) else []
 
 
 def provenance_of(d):
@@ -653,7 +660,8 @@ def main(argv=None, cluster="slurm"):
                                                         "shows the others' cells from runs already there")
     p.add_argument("--dry-run", action="store_true", help="print the train.py commands and exit")
     p.add_argument("--pack", metavar="FILE", help="every finished run's numbers into FILE (gzipped JSON lines: flags, "
-                                                  "metrics, summary, provenance), as each finishes, to keep or share; "
+                                                  "metrics, summary, provenance), as each finishes (--launcher "
+                                                  "slurm: once its jobs have), to keep or share; "
                                                   "runs already in FILE are kept, one of the same name replaced; "
                                                   "its runs at the sweep's code are not run again")
     p.add_argument("--from", dest="raw", metavar="FILE", help="run nothing: the table from the runs --pack wrote "

@@ -134,6 +134,22 @@ def test_table3_on_fashion_mnist_in_the_docs_is_its_raw_data_rendered_again(tmp_
         assert q in table, q
 
 
+def test_table3_on_fashion_mnist_rerun_at_one_code_with_confident_learning_is_that_code_of_its_grid():
+    """docs/table3-fmnist/rerun.jsonl.gz, the table running again whole at one code with confident learning's rows:
+    every run it holds so far ran that code, at a commit, with its grid's flags; results.md says how many and which
+    commit, and how to continue it."""
+    raw = os.path.join(HERE, "docs", "table3-fmnist", "rerun.jsonl.gz")
+    runs = sweep.read_raw(raw)
+    grid = {j["name"]: j["key"] for j in paper_tables.jobs("table3", "fmnist", 5, "sweeps")}
+    assert all(dict(zip(r["key"][::2], r["key"][1::2])) == dict(zip(grid[r["name"]][::2], grid[r["name"]][1::2]))
+               for r in runs)
+    (code, commit), = {(r["provenance"]["code"], r["provenance"]["git_commit"]) for r in runs}
+    text = open(os.path.join(HERE, "docs", "results.md")).read()
+    said = re.search(r"holds (\d+) of its (\d+) runs, commit ([0-9a-f]{7}) \(code ([0-9a-f]{16})\)", text)
+    assert said and said.groups() == (str(len(runs)), str(len(grid)), commit[:7], code), said
+    assert f"git worktree add ../table3-rerun {commit[:7]}" in text
+
+
 def provenance(out):
     with open(os.path.join(out, "config.json")) as f:
         return json.load(f)["provenance"]
@@ -233,6 +249,27 @@ def test_a_run_another_reads_is_restored_from_a_pack_only_with_its_reader(tmp_pa
         assert sweep.restore(todo, raw, "c") == restored
         assert sweep.restore(todo, raw, "c") == 0  # once restored, nothing twice
         assert all(runfiles.state(j["dir"]) == (runfiles.FINISHED if restored else runfiles.NEW) for j in packed)
+
+
+def test_a_run_restored_from_a_pack_is_finished_only_once_every_file_is_written(tmp_path, monkeypatch):
+    """unpack writes summary.json, which makes a folder a finished run, last: stopped before it, the folder is a run
+    to start again."""
+    run = dict(name="r-s0", key=["--seed", "0"], summary={"test_acc_mean": 1.0}, rows=[{"epoch": 1}],
+               provenance={"code": "c"})
+    written = runfiles.write_json
+
+    def stop_at_the_summary(out, name, obj):
+        if name == "summary.json":
+            raise KeyboardInterrupt
+        written(out, name, obj)
+    monkeypatch.setattr(runfiles, "write_json", stop_at_the_summary)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.unpack([run], str(tmp_path))
+    assert runfiles.state(str(tmp_path / "r-s0")) != runfiles.FINISHED
+    monkeypatch.setattr(runfiles, "write_json", written)
+    sweep.unpack([run], str(tmp_path))
+    assert runfiles.state(str(tmp_path / "r-s0")) == runfiles.FINISHED and sweep.metrics_rows(tmp_path / "r-s0") == \
+        run["rows"] and sweep.provenance_of(tmp_path / "r-s0") == run["provenance"]
 
 
 def test_a_sweep_cell_whose_runs_failed_reads_failed(tmp_path):
