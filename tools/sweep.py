@@ -31,6 +31,7 @@ paper_tables.py.
 """
 import argparse
 import contextlib
+import fcntl
 import gzip
 import io
 import json
@@ -154,14 +155,31 @@ def start(i, job, env, folder):
 def pack(todo, path):
     """Every finished run of todo into the raw data at path, one JSON line per run, gzipped: its name, key (the
     flags that make it what it is), summary, rows (metrics.jsonl) and provenance (config.json's); a run of the same
-    name already there is replaced. Returns (runs packed, how many the file holds)."""
+    name already there is replaced; one sweep at a time (locked), so that two sharing a pack lose none of each
+    other's runs. Returns (runs packed, how many the file holds)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with locked(path):
+        return packed(todo, path)
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Held by one process of this machine at a time: an exclusive flock on the folder of path (no file beside it)."""
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def packed(todo, path):
     lines = {r["name"]: r for r in read_raw(path)}
     new = [dict(name=j["name"], key=j["key"], summary=runfiles.read_json(j["dir"], "summary.json"),
                 rows=metrics_rows(j["dir"]), provenance=runfiles.read_json(j["dir"], "config.json").get("provenance"),
                 **flags_of(j["dir"]))
            for j in todo if runfiles.state(j["dir"]) == runfiles.FINISHED and same_run(j["dir"], j["key"])]
     lines.update((r["name"], r) for r in new)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with runfiles.replacing(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as z:
         z.write("".join(json.dumps(lines[k], sort_keys=True) + "\n" for k in sorted(lines)).encode())
     return len(new), len(lines)

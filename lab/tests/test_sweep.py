@@ -1025,3 +1025,26 @@ def test_the_per_epoch_plots_name_the_data_in_their_titles(tmp_path, monkeypatch
     plot.plot_runs(plot.pyplot(), [plot.load_run(d)], str(tmp_path))
     for name in ("accuracy.png", "chi.png", "memorization.png", "selection.png"):
         assert figs[name].axes[0].get_title().endswith("\nfashionmnist, symmetric noise 40%"), name
+
+
+def test_two_sweeps_that_share_a_pack_write_it_one_at_a_time(tmp_path):
+    """pack waits while another process holds the pack's lock (a second sweep packing its run), then adds its own
+    runs to what that one wrote: none lost."""
+    import threading
+    raw = str(tmp_path / "runs.jsonl.gz")
+    todo = paper_tables.jobs("table1", "smoke", 1, str(tmp_path / "table1-smoke"))
+    sweep.unpack([dict(name=todo[0]["name"], key=todo[0]["key"], summary={paper_tables.MEAN: 1.0}, rows=[],
+                       provenance={"code": "c"})], str(tmp_path / "table1-smoke"))
+    other = subprocess.Popen([sys.executable, "-c", "import gzip, json, sys, time; from tools import sweep\n"
+                              "with sweep.locked(sys.argv[1]):\n    print('held', flush=True); time.sleep(3)\n"
+                              "    run = dict(name='other-s0', key=[], summary={}, rows=[], provenance={})\n"
+                              "    with gzip.open(sys.argv[1], 'wt') as f:\n        f.write(json.dumps(run) + '\\n')",
+                              raw], cwd=HERE, stdout=subprocess.PIPE, text=True)
+    assert other.stdout.readline() == "held\n"
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (sweep.pack(todo, raw), done.set()))
+    t.start()
+    assert not done.wait(1.5)  # still held by the other
+    assert other.wait() == 0 and done.wait(30)
+    t.join()
+    assert sorted(r["name"] for r in sweep.read_raw(raw)) == sorted(["other-s0", todo[0]["name"]])
