@@ -78,7 +78,6 @@ def test_out_of_fold_probabilities_cleanlabs_flags_and_the_run_on_the_rest(tmp_p
     assert "nothing to do" in capsys.readouterr().out and rows(out) == first
     assert all(os.path.getmtime(p) == t for p, t in stamps.items())  # nor evaluates, nor flags anew
     assert json.load(open(os.path.join(out, "confident.json"))) == report
-    assert confident.main(["--filter-by", "prune_by_class"] + argv[:4] + TINY + ["--out", str(tmp_path / "pbc")])
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
