@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import evaluate  # noqa: E402
 import train  # noqa: E402
 from training import build, config, runfiles  # noqa: E402
-from training.errors import Parser, UserError, one_line, say  # noqa: E402
+from training.errors import Parser, UserError, one_line  # noqa: E402
 
 FILTERS = ("prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given")
 CE = ["--mode", "zero", "--lc", "ce"]
@@ -88,12 +88,7 @@ def run(argv):
     assert argv[-2] == "--out", argv[-2:]
     with warnings.catch_warnings():  # a chosen run's milestones pinned after its last epoch: meant
         warnings.filterwarnings("ignore", message="--milestones .* never apply")
-        try:
-            summary = train.main(argv + (["--resume"] if runfiles.state(out) != runfiles.NEW else []))
-        except SystemExit as e:  # Ctrl-C or SIGTERM: train.py's line names the one run it stopped
-            if e.code in (130, 143):
-                say(f"lab/confident.py: stopped in {out}; to continue, run the same lab/confident.py command again")
-            raise
+        summary = train.main(argv + (["--resume"] if runfiles.state(out) != runfiles.NEW else []))
     if summary is None:
         raise UserError(f"{out} did not finish; run the same command again")
     return summary

@@ -1,7 +1,6 @@
 """lab/confident.py: confident learning through cleanlab, as a row of the comparison."""
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -172,14 +171,3 @@ def test_a_folder_of_another_run_is_refused_in_one_line_before_anything_is_writt
     assert files() == before
     np.save(os.path.join(out, "kept_indices.npy"), kept)
     assert confident.main(argv)["test_acc_mean"] == json.load(open(os.path.join(out, "summary.json")))["test_acc_mean"]
-
-
-def test_a_stop_inside_a_fold_says_to_run_this_tool_again(tmp_path, monkeypatch, capsys):
-    """Ctrl-C or SIGTERM in a fold's run: its exit code, and a last line that names lab/confident.py, not the
-    fold's train.py command, as the way to continue."""
-    for code in (130, 143):
-        monkeypatch.setattr(confident.train, "main", lambda argv: sys.exit(code))
-        with pytest.raises(SystemExit) as e:
-            confident.main(["--folds", "2", "--fold-epochs", "1"] + TINY + ["--out", str(tmp_path / str(code))])
-        last = capsys.readouterr().err.strip().splitlines()[-1]
-        assert e.value.code == code and "/folds/0/search" in last and "same lab/confident.py command again" in last
