@@ -351,7 +351,7 @@ def test_under_the_slurm_launcher_train_py_ignores_sigterm(long_full, tmp_path):
 
 def test_a_sweep_on_a_full_disk_is_one_line_and_keeps_its_table(tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "sweeps")
-    monkeypatch.setattr(sweep, "run_jobs", lambda todo, gpus, jobs, code=None: {})  # the runs are train.py's, tested above
+    monkeypatch.setattr(sweep, "run_jobs", lambda todo, gpus, jobs, code=None, finished=None: {})  # the runs are train.py's, tested above
     assert sweep.main(["table1", "--scale", "smoke", "--out", out]) == 0
     table = open(os.path.join(out, "table1-smoke.md")).read()
     monkeypatch.setattr(runfiles, "open", FullDisk("table1-smoke.md"), raising=False)
